@@ -1,0 +1,41 @@
+# Two commands: `make run` (embedded defaults) and `make test` (PostgreSQL + Redis).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+
+# The tests run against real servers; override to point elsewhere.
+A2A_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/a2a_platform
+A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test install lint format bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py sync_schedules
+	PORT=$(PORT) $(PY) manage.py run_platform
+
+test: install
+	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf var

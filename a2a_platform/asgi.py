@@ -1,0 +1,40 @@
+"""ASGI entry point: Django, behind a small router that owns the lifespan.
+
+At startup the router starts this process's event hub (so readiness can report it and the
+first waiter does not pay for the connection); at shutdown it stops it. Long-lived streams
+(the streaming issue) will be served here beside Django, without a thread per request.
+"""
+
+import logging
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
+django_app = get_asgi_application()
+
+logger = logging.getLogger(__name__)
+
+
+async def _lifespan(receive, send) -> None:
+    from tasks.event_hub import get_hub
+
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
+                await get_hub().start()
+            except Exception:
+                logger.warning("event hub did not start; it keeps retrying", exc_info=True)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await get_hub().stop()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def application(scope, receive, send):
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return
+    await django_app(scope, receive, send)

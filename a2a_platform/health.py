@@ -1,0 +1,91 @@
+"""Liveness (`/healthz`) and readiness (`/readyz`) with named checks.
+
+Readiness is cached for at most a second per process: the card endpoint (readiness issue)
+consults it on every request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpRequest, JsonResponse
+
+CACHE_SECONDS = 1.0
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def check_database() -> Check:
+    try:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:
+        return Check("database", False, f"unreachable: {exc.__class__.__name__}")
+    return Check("database", True, connections[DEFAULT_DB_ALIAS].vendor)
+
+
+def check_migrations() -> Check:
+    try:
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except Exception as exc:
+        return Check("migrations", False, f"cannot inspect: {exc.__class__.__name__}")
+    if plan:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5])
+        return Check("migrations", False, f"{len(plan)} unapplied: {names}")
+    return Check("migrations", True, "all applied")
+
+
+def check_broker() -> Check:
+    from a2a_platform.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            transport = conn.transport_cls
+    except Exception as exc:
+        return Check("broker", False, f"unreachable: {exc.__class__.__name__}")
+    return Check("broker", True, str(transport))
+
+
+READINESS_CHECKS: list[Callable[[], Check]] = [check_database, check_migrations, check_broker]
+
+_cache: tuple[float, list[Check]] | None = None
+
+
+def readiness(*, fresh: bool = False) -> list[Check]:
+    global _cache
+    now = time.monotonic()
+    if not fresh and _cache is not None and now - _cache[0] < CACHE_SECONDS:
+        return _cache[1]
+    checks = [check() for check in READINESS_CHECKS]
+    _cache = (now, checks)
+    return checks
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks = readiness()
+    ready = all(c.ok for c in checks)
+    body = {
+        "status": "ready" if ready else "not ready",
+        "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
+    }
+    response = JsonResponse(body, status=200 if ready else 503)
+    if not ready:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    response["Cache-Control"] = "no-store"
+    return response

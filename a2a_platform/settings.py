@@ -1,0 +1,193 @@
+"""Settings, read from the environment (django-environ) and nowhere else.
+
+Embedded defaults (SQLite under var/, kombu's file-system broker under var/) make `make run`
+work on a bare machine; DATABASE_URL / CELERY_BROKER_URL switch to PostgreSQL / Redis.
+A production profile (A2A_PROFILE=production) refuses insecure settings.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+VAR_DIR = Path(env.str("A2A_VAR_DIR", default=str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+PROFILE = env.str("A2A_PROFILE", default="development")
+if PROFILE not in {"development", "production", "test"}:
+    raise ImproperlyConfigured(
+        f"A2A_PROFILE must be development, production or test, not {PROFILE!r}"
+    )
+
+_DEFAULT_SECRET_KEY = "dev-insecure-secret-key-change-me"
+SECRET_KEY = env.str("SECRET_KEY", default=_DEFAULT_SECRET_KEY)
+DEBUG = env.bool("DEBUG", default=PROFILE == "development")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if PROFILE != "production" else [])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Fernet keys (comma-separated, newest first) encrypting secrets at rest.
+A2A_SECRETS_KEYS = env.list("A2A_SECRETS_KEYS", default=[])
+
+if PROFILE == "production":
+    problems = []
+    if DEBUG:
+        problems.append("DEBUG is on")
+    if SECRET_KEY == _DEFAULT_SECRET_KEY or len(SECRET_KEY) < 32:
+        problems.append("SECRET_KEY is the default or shorter than 32 characters")
+    if not A2A_SECRETS_KEYS:
+        problems.append("A2A_SECRETS_KEYS (encryption key for secrets at rest) is not set")
+    if problems:
+        raise ImproperlyConfigured("refusing to start in production: " + "; ".join(problems))
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_celery_beat",
+    "agents",
+    "tasks",
+    "webhooks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "a2a_platform.urls"
+WSGI_APPLICATION = "a2a_platform.wsgi.application"
+ASGI_APPLICATION = "a2a_platform.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'a2a.sqlite3'}"),
+}
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, worker and beat share one file: WAL lets readers run beside the writer, IMMEDIATE
+    # takes the write lock at BEGIN (no lock upgrade deadlock), and the busy timeout makes a
+    # writer wait instead of failing with "database is locked".
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+            ),
+        }
+    )
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    _db["ENGINE"] = "django.db.backends.postgresql"
+    if env.bool("A2A_DB_POOL", default=True):
+        # Django's psycopg pool: short ORM calls borrow a connection and give it back.
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("A2A_DB_POOL_MIN", default=1),
+            "max_size": env.int("A2A_DB_POOL_MAX", default=10),
+            "timeout": env.int("A2A_DB_POOL_TIMEOUT", default=10),
+        }
+        _db["CONN_MAX_AGE"] = 0
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "tasks.api.errors.exception_handler",
+}
+
+# --- Celery -----------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for sub in ("out", "processed"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "agents"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+# --- Platform knobs -------------------------------------------------------------------
+# Executor dispatch: a claimed dispatch holds a lease the executor renews while it runs; the
+# sweeper re-dispatches what nobody claimed in time or whose lease lapsed, up to a try limit.
+A2A_DISPATCH_LEASE_SECONDS = env.int("A2A_DISPATCH_LEASE_SECONDS", default=60)
+A2A_DISPATCH_UNCLAIMED_SECONDS = env.int("A2A_DISPATCH_UNCLAIMED_SECONDS", default=30)
+A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
+A2A_SWEEP_INTERVAL_SECONDS = env.int("A2A_SWEEP_INTERVAL_SECONDS", default=10)
+# Event hub: how often the SQLite fallback polls for new events.
+A2A_EVENT_HUB_POLL_SECONDS = env.float("A2A_EVENT_HUB_POLL_SECONDS", default=0.2)
+A2A_MAX_PARTS_PER_MESSAGE = env.int("A2A_MAX_PARTS_PER_MESSAGE", default=100)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "kv": {"()": "a2a_platform.logging.KeyValueFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "kv"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+    },
+}

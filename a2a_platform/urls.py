@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from a2a_platform import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/worker/", include("tasks.api.urls")),
+]

@@ -1,0 +1,110 @@
+"""Agents (each one a tenant) and the API keys that authenticate callers and worker backends."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+# Slugs that would collide with routes at the origin root (docs/decisions.md, "tenancy").
+RESERVED_SLUGS = frozenset(
+    {
+        "tasks",
+        "message",
+        "extendedagentcard",
+        "v1",
+        ".well-known",
+        "well-known",
+        "admin",
+        "api",
+        "healthz",
+        "readyz",
+        "static",
+        "jsonrpc",
+    }
+)
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$",
+    "lowercase letters, digits and inner hyphens, at most 64 characters",
+)
+
+
+class Executor(models.TextChoices):
+    ECHO = "echo", "echo (built-in)"
+    SCRIPTED = "scripted", "scripted (built-in, deterministic)"
+    EXTERNAL = "external", "external worker (REST API)"
+
+
+class AuthMode(models.TextChoices):
+    PUBLIC = "public", "public (no credentials)"
+    API_KEY = "api_key", "API key"
+
+
+class Agent(models.Model):
+    slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    description = models.TextField()
+    version = models.CharField(max_length=64, default="1.0.0")
+    provider_organization = models.CharField(max_length=200, blank=True)
+    provider_url = models.URLField(blank=True)
+    documentation_url = models.URLField(blank=True)
+    skills = models.JSONField(default=list, blank=True, help_text="A2A AgentSkill objects")
+    default_input_modes = models.JSONField(default=list, blank=True)
+    default_output_modes = models.JSONField(default=list, blank=True)
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
+    auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
+    is_default = models.BooleanField(
+        default=False, help_text="Also served at the origin root (at most one agent)."
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"],
+                condition=models.Q(is_default=True),
+                name="agents_single_default_agent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKeyKind(models.TextChoices):
+    CLIENT = "client", "A2A client"
+    WORKER = "worker", "worker backend"
+
+
+class ApiKey(models.Model):
+    """A random 256-bit token, stored as its SHA-256 digest and found by its public prefix.
+
+    The token is shown once, at creation. It is `a2a_<prefix>_<secret>`; the prefix is not
+    secret and makes lookup an index hit instead of a scan or a slow password hash.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_keys")
+    kind = models.CharField(max_length=8, choices=ApiKeyKind.choices, default=ApiKeyKind.CLIENT)
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+    @property
+    def principal(self) -> str:
+        return f"key:{self.id}"

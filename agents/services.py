@@ -1,0 +1,121 @@
+"""Writes of the agents app: agents and API keys (each one transaction)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind
+
+TOKEN_PREFIX = "a2a"
+
+
+class AgentError(Exception):
+    """Bad agent or key input (an operator's mistake), with a message to show them."""
+
+
+def validate_slug(slug: str) -> None:
+    if slug.lower() in RESERVED_SLUGS:
+        raise AgentError(f"slug {slug!r} is reserved: it collides with a route")
+
+
+def agent_create(
+    *,
+    slug: str,
+    name: str,
+    description: str,
+    executor: str = "echo",
+    auth_mode: str = "public",
+    is_default: bool = False,
+    **fields: Any,
+) -> Agent:
+    """Create an agent (a tenant). `is_default` moves the origin-root role to it."""
+    validate_slug(slug)
+    fields.setdefault("default_input_modes", ["text/plain"])
+    fields.setdefault("default_output_modes", ["text/plain"])
+    agent = Agent(
+        slug=slug,
+        name=name,
+        description=description,
+        executor=executor,
+        auth_mode=auth_mode,
+        is_default=is_default,
+        **fields,
+    )
+    try:
+        agent.full_clean()
+    except ValidationError as exc:
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+        raise AgentError(problems) from None
+    with transaction.atomic():
+        if is_default:
+            Agent.objects.filter(is_default=True).update(is_default=False)
+        agent.save()
+    return agent
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewApiKey:
+    key: ApiKey
+    token: str  # shown once; only its digest is stored
+
+
+def api_key_create(*, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT) -> NewApiKey:
+    """A random 256-bit token `a2a_<prefix>_<secret>`; only its SHA-256 digest is stored."""
+    if kind not in ApiKeyKind.values:
+        raise AgentError(f"kind must be one of {', '.join(ApiKeyKind.values)}")
+    prefix = secrets.token_hex(6)
+    token = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        agent=agent, kind=kind, name=name[:200], prefix=prefix, digest=_digest(token)
+    )
+    return NewApiKey(key=key, token=token)
+
+
+def api_key_revoke(*, key_id: object) -> ApiKey:
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().get(pk=key_id)
+        if key.revoked_at is None:
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+    return key
+
+
+def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
+    """The live key of `kind` this token belongs to, or None. Constant-time digest compare."""
+    parts = token.split("_")
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 12:
+        return None
+    key = (
+        ApiKey.objects.select_related("agent")
+        .filter(prefix=parts[1], kind=kind, revoked_at__isnull=True)
+        .first()
+    )
+    if key is None or not hmac.compare_digest(key.digest, _digest(token)):
+        return None
+    now = timezone.now()
+    # Bookkeeping write throttled to once a minute per key.
+    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return key
+
+
+def agent_save(*, agent: Agent) -> Agent:
+    """Save an agent edited in the admin: reserved slugs refused, one default at a time."""
+    validate_slug(agent.slug)
+    with transaction.atomic():
+        if agent.is_default:
+            Agent.objects.filter(is_default=True).exclude(pk=agent.pk).update(is_default=False)
+        agent.save()
+    return agent

@@ -1,0 +1,68 @@
+"""Read-only views of the task store: tasks with their event timeline, history and artifacts."""
+
+from django.contrib import admin
+
+from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class TaskEventInline(ReadOnlyInline):
+    model = TaskEvent
+    fields = ("seq", "kind", "created_at", "payload")
+    ordering = ("seq",)
+    verbose_name_plural = "event timeline"
+
+
+class MessageInline(ReadOnlyInline):
+    model = Message
+    fields = ("message_id", "role", "parts", "created_at")
+
+
+class ArtifactInline(ReadOnlyInline):
+    model = Artifact
+    fields = ("artifact_id", "name", "chunks", "complete", "parts")
+
+
+class DispatchInline(ReadOnlyInline):
+    model = ExecutorDispatch
+    fields = ("state", "not_before", "enqueues", "claims", "claimed_by", "lease_expires_at")
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("id", "agent", "state", "status_timestamp", "context_id", "owner", "last_seq")
+    list_filter = ("state", "agent")
+    search_fields = ("=id", "context_id")
+    list_select_related = ("agent",)
+    date_hierarchy = "status_timestamp"
+    inlines = [TaskEventInline, MessageInline, ArtifactInline, DispatchInline]
+
+    def get_search_results(self, request, queryset, search_term):
+        # An exact id search with a malformed UUID would raise; match nothing instead.
+        import uuid
+
+        term = search_term.strip()
+        try:
+            uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(context_id__icontains=term) if term else queryset, False
+        return queryset.filter(id=term) | queryset.filter(context_id=term), False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,243 @@
+"""Durable executor dispatch: a row written with the task change, claimed with a lease.
+
+The dispatch row is the truth; the Celery message that announces it is only a hint. The
+sweeper (`dispatch_sweep`, on beat) re-enqueues a dispatch nobody claimed in time or whose
+lease lapsed, and after A2A_DISPATCH_MAX_TRIES enqueues fails the task visibly, so a task never
+sits in SUBMITTED or WORKING forever because a message or a worker was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from a2a_platform.side_effects import enqueue_on_commit
+from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch
+from tasks.states import TERMINAL_STATES, TaskState
+
+if TYPE_CHECKING:
+    from tasks.models import Task
+
+logger = logging.getLogger(__name__)
+
+RUN_EXECUTOR_JOB = "tasks.run_executor"
+EXECUTOR_LOST_MESSAGE = "executor lost: no executor finished this task after {tries} tries"
+
+
+def _uses_celery(task: Task) -> bool:
+    return task.agent.executor != "external"
+
+
+def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:
+    """Count one enqueue and, for Celery executors, publish the job after commit."""
+    dispatch.enqueues += 1
+    if _uses_celery(dispatch.task):
+        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk], countdown=countdown)
+
+
+def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispatch | None:
+    """Inside a lifecycle transaction: ask for an executor run unless one is active.
+
+    The new dispatch carries over the progress of the task's previous one (multi-turn
+    executors continue where they stopped).
+    """
+    if task.dispatches.filter(state__in=ACTIVE_DISPATCH_STATES).exists():
+        return None
+    if progress is None:
+        last = task.dispatches.order_by("-id").only("progress").first()
+        progress = last.progress if last else {}
+    dispatch = ExecutorDispatch.objects.create(
+        task=task, not_before=timezone.now(), progress=progress
+    )
+    _announce(dispatch)
+    dispatch.save(update_fields=["enqueues"])
+    return dispatch
+
+
+def dispatch_close_active(task: Task) -> None:
+    """Inside a lifecycle transaction: the task finished, nothing is left to run."""
+    task.dispatches.filter(state__in=ACTIVE_DISPATCH_STATES).update(
+        state=DispatchState.DONE, lease_expires_at=None, updated_at=timezone.now()
+    )
+
+
+@dataclass(frozen=True)
+class Claim:
+    dispatch_id: int
+    task_id: str
+    progress: dict
+    lease_expires_at: object
+
+
+def _lease_until():
+    return timezone.now() + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
+
+
+def _claim(dispatch: ExecutorDispatch, worker: str) -> Claim:
+    dispatch.state = DispatchState.CLAIMED
+    dispatch.claims += 1
+    dispatch.claimed_by = worker[:255]
+    dispatch.lease_expires_at = _lease_until()
+    dispatch.save(update_fields=["state", "claims", "claimed_by", "lease_expires_at", "updated_at"])
+    logger.info(
+        "dispatch claimed",
+        extra={"task_id": str(dispatch.task_id), "dispatch_id": dispatch.pk, "worker": worker},
+    )
+    return Claim(dispatch.pk, str(dispatch.task_id), dispatch.progress, dispatch.lease_expires_at)
+
+
+def dispatch_claim(*, dispatch_id: int, worker: str) -> Claim | None:
+    """Claim one dispatch for a Celery executor. None: gone, done, not yet due, or taken.
+
+    A duplicate broker message finds the dispatch claimed (or locked) and does nothing.
+    """
+    with transaction.atomic():
+        dispatch = (
+            ExecutorDispatch.objects.select_for_update(skip_locked=True)
+            .select_related("task")
+            .filter(pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=timezone.now())
+            .first()
+        )
+        if dispatch is None:
+            return None
+        if dispatch.task.task_state in TERMINAL_STATES:
+            dispatch.state = DispatchState.DONE
+            dispatch.save(update_fields=["state", "updated_at"])
+            return None
+        return _claim(dispatch, worker)
+
+
+def dispatch_claim_next(*, agent_id: int, worker: str) -> Claim | None:
+    """Claim the oldest due dispatch of an agent's tasks (external workers, REST API)."""
+    with transaction.atomic():
+        dispatch = (
+            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("task")
+            .filter(
+                task__agent_id=agent_id,
+                state=DispatchState.PENDING,
+                not_before__lte=timezone.now(),
+            )
+            .order_by("not_before", "id")
+            .first()
+        )
+        if dispatch is None:
+            return None
+        return _claim(dispatch, worker)
+
+
+def _held(dispatch_id: int, worker: str):
+    return ExecutorDispatch.objects.select_for_update().filter(
+        pk=dispatch_id, state=DispatchState.CLAIMED, claimed_by=worker[:255]
+    )
+
+
+def dispatch_renew(*, dispatch_id: int, worker: str) -> bool:
+    """Push the lease forward. False: the lease was lost (swept, or the task finished)."""
+    with transaction.atomic():
+        return bool(
+            _held(dispatch_id, worker).update(
+                lease_expires_at=_lease_until(), updated_at=timezone.now()
+            )
+        )
+
+
+def dispatch_finish(
+    *,
+    dispatch_id: int,
+    worker: str,
+    progress: dict | None = None,
+    run_again_after: float | None = None,
+) -> bool:
+    """Release a claim: done, or pending again after `run_again_after` seconds (an ETA kept
+    in the database, so a lost countdown message is caught by the sweeper)."""
+    with transaction.atomic():
+        dispatch = _held(dispatch_id, worker).select_related("task", "task__agent").first()
+        if dispatch is None:
+            return False
+        if progress is not None:
+            dispatch.progress = progress
+        dispatch.lease_expires_at = None
+        if run_again_after is not None and dispatch.task.task_state not in TERMINAL_STATES:
+            dispatch.state = DispatchState.PENDING
+            dispatch.not_before = timezone.now() + timedelta(seconds=run_again_after)
+            dispatch.enqueues = 0
+            _announce(dispatch, countdown=run_again_after)
+        else:
+            dispatch.state = DispatchState.DONE
+        dispatch.save()
+    return True
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    re_enqueued: int
+    failed_tasks: int
+
+
+def dispatch_sweep(*, now=None, batch: int = 500) -> SweepResult:
+    """Re-enqueue stranded dispatches; fail the task when the tries are used up.
+
+    Stranded: PENDING and due for longer than A2A_DISPATCH_UNCLAIMED_SECONDS (the broker
+    message was lost, or no worker consumed it), or CLAIMED with an expired lease (the worker
+    died). External-executor dispatches wait for a worker to poll; only their lapsed leases
+    count as tries.
+    """
+    from tasks.services import task_transition
+
+    now = now or timezone.now()
+    unclaimed_before = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
+    max_tries = settings.A2A_DISPATCH_MAX_TRIES
+    re_enqueued = failed = 0
+    with transaction.atomic():
+        stranded = list(
+            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("task", "task__agent")
+            .filter(
+                Q(state=DispatchState.PENDING, not_before__lt=unclaimed_before)
+                | Q(state=DispatchState.CLAIMED, lease_expires_at__lt=now)
+            )
+            .order_by("id")[:batch]
+        )
+        to_fail = []
+        for dispatch in stranded:
+            external = not _uses_celery(dispatch.task)
+            lapsed = dispatch.state == DispatchState.CLAIMED
+            if external and not lapsed:
+                continue
+            tries = dispatch.claims if external else dispatch.enqueues
+            if tries >= max_tries:
+                dispatch.state = DispatchState.LOST
+                dispatch.lease_expires_at = None
+                dispatch.save(update_fields=["state", "lease_expires_at", "updated_at"])
+                to_fail.append((dispatch.task_id, tries))
+                continue
+            dispatch.state = DispatchState.PENDING
+            dispatch.lease_expires_at = None
+            dispatch.not_before = now
+            _announce(dispatch)
+            dispatch.save()
+            re_enqueued += 1
+            logger.warning(
+                "dispatch re-enqueued",
+                extra={"task_id": str(dispatch.task_id), "dispatch_id": dispatch.pk},
+            )
+    for task_id, tries in to_fail:
+        try:
+            task_transition(
+                task_id=task_id,
+                to_state=TaskState.FAILED,
+                message=EXECUTOR_LOST_MESSAGE.format(tries=tries),
+            )
+            failed += 1
+            logger.error("executor lost; task failed", extra={"task_id": str(task_id)})
+        except Exception:
+            logger.info("executor lost on a finished task", extra={"task_id": str(task_id)})
+    return SweepResult(re_enqueued, failed)

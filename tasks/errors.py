@@ -1,0 +1,44 @@
+"""Domain errors raised by the lifecycle services; the protocol and API layers map them."""
+
+from __future__ import annotations
+
+from tasks.state_machine import IllegalTransition
+
+__all__ = [
+    "IllegalTransition",
+    "InvalidPayload",
+    "TaskError",
+    "TaskNotFound",
+    "TaskTerminal",
+]
+
+
+class TaskError(Exception):
+    """Base class of errors a caller's input can cause."""
+
+
+class TaskNotFound(TaskError):
+    def __init__(self, task_id: object) -> None:
+        self.task_id = str(task_id)
+        super().__init__(f"task {self.task_id} not found")
+
+
+class TaskTerminal(TaskError):
+    """A message or change sent to a task that already finished."""
+
+    def __init__(self, task_id: object, state: str) -> None:
+        self.task_id = str(task_id)
+        self.state = state
+        super().__init__(f"task {self.task_id} is in terminal state {state}")
+
+
+class InvalidPayload(TaskError):
+    """A message, part or artifact that breaks the A2A data model.
+
+    `field` is a dotted path (e.g. `message.parts[0]`), as in google.rpc.BadRequest.
+    """
+
+    def __init__(self, field: str, description: str) -> None:
+        self.field = field
+        self.description = description
+        super().__init__(f"{field}: {description}")

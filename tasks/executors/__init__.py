@@ -1,0 +1,12 @@
+"""Built-in executors, by the name an Agent's `executor` field holds."""
+
+from __future__ import annotations
+
+from tasks.executors import echo, scripted
+from tasks.executors.base import Executor
+
+REGISTRY: dict[str, Executor] = {"echo": echo.run, "scripted": scripted.run}
+
+
+def get_executor(name: str) -> Executor | None:
+    return REGISTRY.get(name)

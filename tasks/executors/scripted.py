@@ -1,0 +1,108 @@
+"""`scripted`: a deterministic executor driven by the text of the first message.
+
+The text is a script when every `;`-separated step is one of the commands below; any other
+message is answered like `echo` and completes. Documented for clients in docs/executors.md.
+
+    work N      stay WORKING for N seconds (re-enqueued with an ETA, never sleeping)
+    chunks N    stream one artifact in N chunks (append, lastChunk on the last)
+    ask         move to INPUT_REQUIRED; the next client message continues the script
+    auth        move to AUTH_REQUIRED; the next client message continues the script
+    fail        end FAILED          reject   end REJECTED
+    message     answer with a direct Message (no task result)
+
+After the last step the task completes with an artifact echoing the latest client message.
+Finding its task canceled is a normal stop.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tasks.executors.base import ExecutorContext, RunAgain
+from tasks.executors.echo import echo_parts
+from tasks.states import TaskState
+
+MAX_SECONDS = 3600
+MAX_CHUNKS = 1000
+
+_STEP = re.compile(r"^(work|chunks)\s+(\d{1,4})$|^(ask|auth|fail|reject|message)$")
+
+
+@dataclass(frozen=True)
+class Step:
+    verb: str
+    count: int = 0
+
+
+def parse_script(text: str) -> list[Step] | None:
+    """The steps of a script, or None when the text is not one."""
+    raw = [s.strip().lower() for s in text.strip().split(";") if s.strip()]
+    if not raw:
+        return None
+    steps = []
+    for item in raw:
+        match = _STEP.match(item)
+        if match is None:
+            return None
+        if match.group(1):
+            limit = MAX_SECONDS if match.group(1) == "work" else MAX_CHUNKS
+            steps.append(Step(match.group(1), min(int(match.group(2)), limit)))
+        else:
+            steps.append(Step(match.group(3)))
+    return steps
+
+
+def run(ctx: ExecutorContext) -> RunAgain | None:
+    messages = ctx.user_messages()
+    first_text = ""
+    if messages:
+        from tasks.wire import message_text
+
+        first_text = message_text({"parts": messages[0].parts})
+    steps = parse_script(first_text) or []
+    pc = int(ctx.progress.get("pc", 0))
+    task = ctx.task()
+    if task.state != TaskState.WORKING:
+        # Starting, or resuming after input/auth (the next client message continues).
+        ctx.working()
+
+    while pc < len(steps):
+        step = steps[pc]
+        if step.verb == "work":
+            if not ctx.progress.get("waited"):
+                ctx.progress["waited"] = True
+                ctx.progress["pc"] = pc
+                return RunAgain(step.count)
+            ctx.progress["waited"] = False
+        elif step.verb == "chunks":
+            artifact_id = f"chunks-{pc}"
+            for i in range(step.count):
+                ctx.artifact(
+                    [{"text": f"chunk {i + 1} of {step.count}"}],
+                    artifact_id=artifact_id,
+                    name="chunks",
+                    append=i > 0,
+                    last_chunk=i == step.count - 1,
+                )
+        elif step.verb in ("ask", "auth"):
+            ctx.progress["pc"] = pc + 1
+            state = TaskState.INPUT_REQUIRED if step.verb == "ask" else TaskState.AUTH_REQUIRED
+            prompt = "Please send more input." if step.verb == "ask" else "Please authenticate."
+            ctx.finish(state, prompt)
+            return None
+        elif step.verb == "fail":
+            ctx.finish(TaskState.FAILED, "scripted failure")
+            return None
+        elif step.verb == "reject":
+            ctx.finish(TaskState.REJECTED, "scripted rejection")
+            return None
+        elif step.verb == "message":
+            ctx.reply(ctx.latest_user_text() or "ok")
+            return None
+        pc += 1
+        ctx.progress["pc"] = pc
+
+    ctx.artifact(echo_parts(ctx), name="echo", last_chunk=True)
+    ctx.finish(TaskState.COMPLETED)
+    return None

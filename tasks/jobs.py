@@ -1,0 +1,22 @@
+"""Celery jobs of the tasks app (thin: ids in, one service call)."""
+
+from __future__ import annotations
+
+import socket
+
+from celery import shared_task
+
+from tasks.dispatch import dispatch_sweep
+from tasks.executors.runner import run_dispatch
+
+
+@shared_task(name="tasks.run_executor", bind=True)
+def run_executor_job(self, dispatch_id: int) -> str:
+    worker = self.request.hostname or socket.gethostname()
+    return run_dispatch(dispatch_id=dispatch_id, worker=f"{worker}:{self.request.id}")
+
+
+@shared_task(name="tasks.sweep_dispatches")
+def sweep_dispatches_job() -> dict:
+    result = dispatch_sweep()
+    return {"re_enqueued": result.re_enqueued, "failed_tasks": result.failed_tasks}

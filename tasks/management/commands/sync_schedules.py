@@ -1,0 +1,24 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+SCHEDULES = {
+    # name: (job name, seconds, queue)
+    "sweep executor dispatches": ("tasks.sweep_dispatches", "A2A_SWEEP_INTERVAL_SECONDS", "agents"),
+}
+
+
+class Command(BaseCommand):
+    help = "Create or update the django-celery-beat schedules the platform needs (idempotent)."
+
+    def handle(self, *args, **opts):
+        for name, (job, setting, queue) in SCHEDULES.items():
+            every = int(getattr(settings, setting))
+            interval, _ = IntervalSchedule.objects.get_or_create(
+                every=every, period=IntervalSchedule.SECONDS
+            )
+            PeriodicTask.objects.update_or_create(
+                name=name,
+                defaults={"task": job, "interval": interval, "queue": queue, "enabled": True},
+            )
+            self.stdout.write(f"schedule `{name}`: {job} every {every}s on {queue}")

@@ -1,0 +1,40 @@
+"""Reads of the task store, every one scoped by agent and owner where a caller is involved."""
+
+from __future__ import annotations
+
+import uuid
+
+from tasks.models import Task, TaskEvent
+
+
+def _uuid(value: object) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None:
+    """A task visible to `owner` on this agent; None for unknown and foreign ids alike."""
+    pk = _uuid(task_id)
+    if pk is None:
+        return None
+    return Task.objects.filter(pk=pk, agent_id=agent_id, owner=owner).first()
+
+
+def task_for_agent(*, agent_id: int, task_id: object) -> Task | None:
+    """A task of this agent whoever owns it (worker backends act for the agent)."""
+    pk = _uuid(task_id)
+    if pk is None:
+        return None
+    return Task.objects.filter(pk=pk, agent_id=agent_id).select_related("agent").first()
+
+
+def events_after(*, task_id: object, after_seq: int, limit: int = 500) -> list[TaskEvent]:
+    return list(
+        TaskEvent.objects.filter(task_id=task_id, seq__gt=after_seq).order_by("seq")[:limit]
+    )
+
+
+def last_seq(task_id: object) -> int | None:
+    return Task.objects.filter(pk=task_id).values_list("last_seq", flat=True).first()

@@ -1,0 +1,270 @@
+"""Lifecycle services: the only code that changes a task.
+
+Each public function is ONE transaction: it locks the task row, validates the change against
+the pure state machine, writes the task, appends its TaskEvent (gap-free `seq`), runs the
+in-transaction event hooks (the webhook outbox) and queues one NOTIFY per task for commit.
+Jobs are enqueued only after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from a2a.types import a2a_pb2
+from django.db import transaction
+from django.utils import timezone
+
+from tasks import wire
+from tasks.dispatch import dispatch_close_active, dispatch_open
+from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
+from tasks.hooks import run_event_hooks
+from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
+from tasks.notify import notify_task_event
+from tasks.state_machine import check_transition, next_status_timestamp
+from tasks.states import TERMINAL_STATES, TaskState
+
+logger = logging.getLogger(__name__)
+
+MessageInput = a2a_pb2.Message | dict[str, Any]
+
+
+def lock_task(task_id: object) -> Task:
+    """The task row, locked FOR UPDATE until the surrounding transaction ends."""
+    try:
+        return Task.objects.select_for_update().select_related("agent").get(pk=task_id)
+    except (Task.DoesNotExist, ValueError, TypeError):
+        raise TaskNotFound(task_id) from None
+    except Exception as exc:  # malformed UUID strings surface as ValidationError
+        if exc.__class__.__name__ == "ValidationError":
+            raise TaskNotFound(task_id) from None
+        raise
+
+
+def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Message:
+    if isinstance(message, a2a_pb2.Message):
+        return wire.parse_message(wire.to_json(message), field=field)
+    return wire.parse_message(message, field=field)
+
+
+def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
+    task.last_seq += 1
+    event = TaskEvent.objects.create(
+        task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
+    )
+    run_event_hooks(task, event)
+    notify_task_event(task.id)
+    return event
+
+
+def _store_message(task: Task, msg: a2a_pb2.Message) -> Message:
+    data = wire.to_json(msg)
+    return Message.objects.create(
+        task=task,
+        message_id=msg.message_id,
+        role=a2a_pb2.Role.Name(msg.role),
+        parts=data["parts"],
+        metadata=data.get("metadata", {}),
+        extensions=list(msg.extensions),
+        reference_task_ids=list(msg.reference_task_ids),
+    )
+
+
+def _agent_status_message(task: Task, message: MessageInput | str | None) -> dict | None:
+    """An agent status message with the task's ids filled in, as ProtoJSON."""
+    if message is None:
+        return None
+    if isinstance(message, str):
+        message = {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_AGENT",
+            "parts": [{"text": message}],
+        }
+    msg = _as_message(message, "status.message")
+    if msg.role != a2a_pb2.ROLE_AGENT:
+        raise InvalidPayload("status.message.role", "a status message comes from the agent")
+    msg.task_id = str(task.id)
+    msg.context_id = task.context_id
+    return wire.to_json(msg)
+
+
+def _set_status(task: Task, to_state: TaskState, status_message: dict | None) -> None:
+    check_transition(task.task_state, to_state)
+    task.state = to_state.value
+    task.status_timestamp = next_status_timestamp(task.status_timestamp, timezone.now())
+    task.status_message = status_message
+    _append_event(task, EventKind.STATUS, wire.status_update_json(task))
+    task.save(
+        update_fields=[
+            "state",
+            "status_timestamp",
+            "status_message",
+            "answered_with_message",
+            "last_seq",
+            "updated_at",
+        ]
+    )
+    if to_state in TERMINAL_STATES:
+        dispatch_close_active(task)
+
+
+def task_create(
+    *,
+    agent: Any,
+    owner: str,
+    message: MessageInput,
+    context_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Task:
+    """Open a task for a client's first message.
+
+    One transaction: Task (SUBMITTED), the message in its history, TaskEvent seq 1 and an
+    executor dispatch. After commit: the executor job is enqueued (built-in executors).
+    """
+    msg = _as_message(message)
+    if msg.role != a2a_pb2.ROLE_USER:
+        raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
+    if msg.context_id and context_id and msg.context_id != context_id:
+        raise InvalidPayload("message.contextId", "does not match the request's contextId")
+    ctx = msg.context_id or context_id or str(uuid.uuid4())
+    if len(ctx) > 255:
+        raise InvalidPayload("message.contextId", "must be at most 255 characters")
+    with transaction.atomic():
+        task = Task.objects.create(
+            agent=agent,
+            owner=owner,
+            context_id=ctx,
+            state=TaskState.SUBMITTED.value,
+            status_timestamp=next_status_timestamp(None, timezone.now()),
+            metadata=metadata or {},
+        )
+        _store_message(task, msg)
+        _append_event(task, EventKind.STATUS, wire.status_update_json(task))
+        task.save(update_fields=["last_seq"])
+        dispatch_open(task)
+    logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
+    return task
+
+
+def task_transition(
+    *,
+    task_id: object,
+    to_state: TaskState | str,
+    message: MessageInput | str | None = None,
+) -> Task:
+    """Move a task to `to_state`, with an optional agent status message.
+
+    Raises IllegalTransition (the table forbids it; `.terminal` when the task finished) and
+    TaskNotFound. Side effects: TaskEvent (statusUpdate), webhook outbox rows via hooks, a
+    NOTIFY at commit; a terminal state closes the task's active executor dispatch.
+    """
+    to_state = TaskState(to_state)
+    with transaction.atomic():
+        task = lock_task(task_id)
+        _set_status(task, to_state, _agent_status_message(task, message))
+    logger.info(
+        "task transition",
+        extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
+    )
+    return task
+
+
+def task_reply_with_message(*, task_id: object, message: MessageInput | str) -> Task:
+    """The agent answers with a direct Message: it joins the history and the task completes.
+
+    SendMessage then returns `{"message": ...}` instead of the task (spec §3.1.1).
+    """
+    with transaction.atomic():
+        task = lock_task(task_id)
+        status_message = _agent_status_message(task, message)
+        _store_message(task, wire.parse_message(status_message))
+        task.answered_with_message = True
+        _set_status(task, TaskState.COMPLETED, status_message)
+    return task
+
+
+def task_add_artifact(
+    *,
+    task_id: object,
+    artifact: dict[str, Any] | a2a_pb2.Artifact,
+    append: bool = False,
+    last_chunk: bool = False,
+) -> Task:
+    """Add an artifact, or a chunk of one (`append` extends the parts of the same artifactId).
+
+    A new artifact with an existing id replaces it (spec §4.1.7). Appending to an artifact
+    whose last chunk was seen is refused. Side effects: TaskEvent (artifactUpdate), hooks,
+    NOTIFY.
+    """
+    if isinstance(artifact, a2a_pb2.Artifact):
+        artifact = wire.to_json(artifact)
+    art = wire.parse_artifact(artifact)
+    chunk = wire.to_json(art)
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.task_state in TERMINAL_STATES:
+            raise TaskTerminal(task.id, task.state)
+        existing = Artifact.objects.filter(task=task, artifact_id=art.artifact_id).first()
+        if append and existing is not None:
+            if existing.complete:
+                raise InvalidPayload("artifact", "its last chunk was already added")
+            existing.parts = existing.parts + chunk["parts"]
+            existing.chunks += 1
+            existing.complete = last_chunk
+            existing.save(update_fields=["parts", "chunks", "complete", "updated_at"])
+        else:
+            values = {
+                "name": art.name,
+                "description": art.description,
+                "parts": chunk["parts"],
+                "metadata": chunk.get("metadata", {}),
+                "extensions": list(art.extensions),
+                "complete": last_chunk,
+                "chunks": 1,
+            }
+            if existing is None:
+                Artifact.objects.create(task=task, artifact_id=art.artifact_id, **values)
+            else:
+                for key, value in values.items():
+                    setattr(existing, key, value)
+                existing.save()
+        _append_event(
+            task,
+            EventKind.ARTIFACT,
+            wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
+        )
+        task.save(update_fields=["last_seq", "updated_at"])
+    return task
+
+
+def task_append_message(*, task_id: object, message: MessageInput) -> Task:
+    """Append a message to a task's history; a client message continues the task (multi-turn).
+
+    A client message to a terminal task raises TaskTerminal. A client message whose contextId
+    differs from the task's is refused (spec §3.4.3); an omitted one is the task's. A client
+    message opens an executor dispatch unless one is already active.
+    """
+    msg = _as_message(message)
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.task_state in TERMINAL_STATES:
+            raise TaskTerminal(task.id, task.state)
+        if msg.context_id and msg.context_id != task.context_id:
+            raise InvalidPayload("message.contextId", "does not match the task's contextId")
+        msg.context_id = task.context_id
+        msg.task_id = str(task.id)
+        _store_message(task, msg)
+        _append_event(task, EventKind.MESSAGE, {"message": wire.to_json(msg)})
+        task.save(update_fields=["last_seq", "updated_at"])
+        if msg.role == a2a_pb2.ROLE_USER:
+            dispatch_open(task)
+    return task
+
+
+def task_cancel(*, task_id: object, reason: str | None = None) -> Task:
+    """Cancel a task (best effort for the executor, final for the store).
+
+    A terminal task raises IllegalTransition with `.terminal` (TaskNotCancelable on the wire).
+    """
+    return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)

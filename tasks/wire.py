@@ -1,0 +1,157 @@
+"""ProtoJSON shapes of the task store, built with the official a2a-sdk protobuf types.
+
+`parse_*` normalise and validate incoming A2A objects (raising InvalidPayload); `*_json`
+render stored rows. Every dict that leaves here is exact ProtoJSON of `lf.a2a.v1`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+from google.protobuf.message import Message as ProtoMessage
+
+from tasks.errors import InvalidPayload
+
+
+def timestamp_json(value: datetime) -> str:
+    """ISO 8601 UTC with millisecond precision and a `Z` (spec §5.6.1)."""
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def to_json(message: ProtoMessage) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=False)
+
+
+def parse_proto(data: Any, proto_cls: type[ProtoMessage], field: str) -> ProtoMessage:
+    if not isinstance(data, dict):
+        raise InvalidPayload(field, "must be a JSON object")
+    try:
+        return json_format.ParseDict(data, proto_cls(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise InvalidPayload(field, str(exc).splitlines()[0][:300]) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise InvalidPayload(field, f"invalid value: {exc}"[:300]) from None
+
+
+def _check_parts(parts: Any, field: str) -> None:
+    if not parts:
+        raise InvalidPayload(field, "at least one part is required")
+    for i, part in enumerate(parts):
+        if part.WhichOneof("content") is None:
+            raise InvalidPayload(f"{field}[{i}]", "a part needs one of text, raw, url or data")
+        if part.WhichOneof("content") == "url" and not part.url:
+            raise InvalidPayload(f"{field}[{i}].url", "must not be empty")
+
+
+def parse_message(data: Any, *, field: str = "message") -> a2a_pb2.Message:
+    """Validate an A2A Message: messageId, a role and at least one part with content."""
+    msg = parse_proto(data, a2a_pb2.Message, field)
+    if not msg.message_id:
+        raise InvalidPayload(f"{field}.messageId", "is required")
+    if msg.role == a2a_pb2.ROLE_UNSPECIFIED:
+        raise InvalidPayload(f"{field}.role", "must be ROLE_USER or ROLE_AGENT")
+    _check_parts(msg.parts, f"{field}.parts")
+    return msg
+
+
+def parse_artifact(data: Any, *, field: str = "artifact") -> a2a_pb2.Artifact:
+    art = parse_proto(data, a2a_pb2.Artifact, field)
+    if not art.artifact_id:
+        raise InvalidPayload(f"{field}.artifactId", "is required")
+    _check_parts(art.parts, f"{field}.parts")
+    return art
+
+
+def message_text(message: a2a_pb2.Message | dict) -> str:
+    """The concatenated text parts of a message (for executors)."""
+    if isinstance(message, dict):
+        return "\n".join(p["text"] for p in message.get("parts", []) if "text" in p)
+    return "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+
+
+def stored_message_json(row: Any) -> dict[str, Any]:
+    """A history row (tasks.models.Message) as an A2A Message."""
+    out: dict[str, Any] = {
+        "messageId": row.message_id,
+        "contextId": row.task.context_id,
+        "taskId": str(row.task_id),
+        "role": row.role,
+        "parts": row.parts,
+    }
+    if row.metadata:
+        out["metadata"] = row.metadata
+    if row.extensions:
+        out["extensions"] = row.extensions
+    if row.reference_task_ids:
+        out["referenceTaskIds"] = row.reference_task_ids
+    return out
+
+
+def artifact_json(row: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"artifactId": row.artifact_id, "parts": row.parts}
+    if row.name:
+        out["name"] = row.name
+    if row.description:
+        out["description"] = row.description
+    if row.metadata:
+        out["metadata"] = row.metadata
+    if row.extensions:
+        out["extensions"] = row.extensions
+    return out
+
+
+def status_json(task: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": task.state, "timestamp": timestamp_json(task.status_timestamp)}
+    if task.status_message:
+        out["message"] = task.status_message
+    return out
+
+
+def task_json(
+    task: Any,
+    *,
+    history: list[Any] | None = None,
+    artifacts: list[Any] | None = None,
+) -> dict[str, Any]:
+    """A Task snapshot. `history`/`artifacts` are the rows to include (None = omit the key)."""
+    out: dict[str, Any] = {
+        "id": str(task.id),
+        "contextId": task.context_id,
+        "status": status_json(task),
+    }
+    if artifacts:
+        out["artifacts"] = [artifact_json(a) for a in artifacts]
+    if history:
+        out["history"] = [stored_message_json(m) for m in history]
+    if task.metadata:
+        out["metadata"] = task.metadata
+    return out
+
+
+def status_update_json(task: Any) -> dict[str, Any]:
+    return {
+        "statusUpdate": {
+            "taskId": str(task.id),
+            "contextId": task.context_id,
+            "status": status_json(task),
+        }
+    }
+
+
+def artifact_update_json(
+    task: Any, chunk: dict[str, Any], *, append: bool, last_chunk: bool
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "taskId": str(task.id),
+        "contextId": task.context_id,
+        "artifact": chunk,
+    }
+    if append:
+        event["append"] = True
+    if last_chunk:
+        event["lastChunk"] = True
+    return {"artifactUpdate": event}

@@ -1,0 +1,53 @@
+"""Suite-wide set-up: the real servers must be reachable, the broker starts empty."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+pytest_plugins = ["tests.fixtures"]
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    problems = []
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("postgresql"):
+        host, port = db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)
+        if not _reachable(host, port):
+            problems.append(
+                f"PostgreSQL is unreachable at {host}:{port}. Start it "
+                "(pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start) "
+                "or point A2A_TEST_DATABASE_URL at one."
+            )
+    broker = urlparse(settings.CELERY_BROKER_URL)
+    if broker.scheme.startswith("redis"):
+        host, port = broker.hostname or "127.0.0.1", broker.port or 6379
+        if not _reachable(host, port):
+            problems.append(
+                f"Redis is unreachable at {host}:{port}. Start it "
+                "(redis-server --daemonize yes --port 6379) or point A2A_TEST_BROKER_URL at one."
+            )
+    if problems:
+        pytest.exit("\n".join(problems), returncode=3)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_broker():
+    """A test run starts with no leftover broker messages from an earlier run."""
+    broker = urlparse(settings.CELERY_BROKER_URL)
+    if broker.scheme.startswith("redis"):
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    yield

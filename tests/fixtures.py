@@ -1,0 +1,42 @@
+"""Shared fixtures: agents, and real worker processes that are always stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import processes
+from tests.factories import AgentFactory
+
+
+@pytest.fixture
+def agent(db):
+    return AgentFactory(executor="echo")
+
+
+@pytest.fixture
+def scripted_agent(db):
+    return AgentFactory(executor="scripted")
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """Start real processes with `procs.worker(...)` / `procs.beat(...)`; all stopped at the end."""
+
+    class Procs:
+        def __init__(self) -> None:
+            self.started: list[processes.Proc] = []
+
+        def worker(self, **kw):
+            p = processes.start_worker(tmp_path, **kw)
+            self.started.append(p)
+            return p
+
+        def beat(self, **kw):
+            p = processes.start_beat(tmp_path, **kw)
+            self.started.append(p)
+            return p
+
+    holder = Procs()
+    yield holder
+    for p in reversed(holder.started):
+        p.stop()

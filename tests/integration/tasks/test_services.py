@@ -1,0 +1,146 @@
+"""Lifecycle services on PostgreSQL: one transaction each, events gap-free, rules enforced."""
+
+import pytest
+from django.db import connection
+
+from tasks import services
+from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
+from tasks.models import DispatchState, Task, TaskEvent
+from tasks.state_machine import IllegalTransition
+from tasks.states import TaskState
+from tests.factories import user_message
+
+pytestmark = pytest.mark.django_db
+
+
+def test_task_create_writes_task_message_event_and_dispatch(agent, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+    assert task.state == TaskState.SUBMITTED
+    assert task.last_seq == 1
+    event = TaskEvent.objects.get(task=task)
+    assert event.seq == 1
+    assert event.payload["statusUpdate"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    assert task.messages.get().parts == [{"text": "hi"}]
+    dispatch = task.dispatches.get()
+    assert dispatch.state == DispatchState.PENDING
+    assert dispatch.enqueues == 1
+    assert len(callbacks) == 1  # the executor job, published only after commit
+
+
+def test_task_create_rejects_agent_role_and_empty_parts(agent):
+    with pytest.raises(InvalidPayload) as exc:
+        services.task_create(agent=agent, owner="a", message={**user_message(), "role": "ROLE_AGENT"})
+    assert exc.value.field == "message.role"
+    with pytest.raises(InvalidPayload) as exc:
+        services.task_create(agent=agent, owner="a", message={**user_message(), "parts": []})
+    assert exc.value.field == "message.parts"
+    with pytest.raises(InvalidPayload):
+        services.task_create(agent=agent, owner="a", message={**user_message(), "parts": [{}]})
+    assert Task.objects.count() == 0
+
+
+def test_task_transition_appends_ordered_events(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    services.task_transition(task_id=task.id, to_state=TaskState.WORKING, message="thinking")
+    services.task_add_artifact(
+        task_id=task.id, artifact={"artifactId": "a1", "parts": [{"text": "x"}]}
+    )
+    done = services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
+    assert done.last_seq == 4
+    kinds = list(TaskEvent.objects.filter(task=task).order_by("seq").values_list("seq", "kind"))
+    assert kinds == [(1, "status"), (2, "status"), (3, "artifact"), (4, "status")]
+    assert not task.dispatches.filter(state__in=["pending", "claimed"]).exists()
+
+
+def test_task_transition_illegal_move_changes_nothing(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
+    with pytest.raises(IllegalTransition) as exc:
+        services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
+    assert exc.value.terminal
+    task.refresh_from_db()
+    assert task.state == TaskState.COMPLETED
+    assert task.last_seq == 2
+    assert TaskEvent.objects.filter(task=task).count() == 2
+
+
+def test_task_transition_unknown_task(agent):
+    with pytest.raises(TaskNotFound):
+        services.task_transition(task_id="not-a-uuid", to_state=TaskState.WORKING)
+    with pytest.raises(TaskNotFound):
+        services.task_transition(
+            task_id="00000000-0000-0000-0000-000000000000", to_state=TaskState.WORKING
+        )
+
+
+def test_task_add_artifact_assembles_chunks(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    for i in range(3):
+        services.task_add_artifact(
+            task_id=task.id,
+            artifact={"artifactId": "big", "parts": [{"text": f"c{i}"}]},
+            append=i > 0,
+            last_chunk=i == 2,
+        )
+    art = task.artifacts.get()
+    assert art.parts == [{"text": "c0"}, {"text": "c1"}, {"text": "c2"}]
+    assert art.complete
+    assert art.chunks == 3
+    with pytest.raises(InvalidPayload):
+        services.task_add_artifact(
+            task_id=task.id, artifact={"artifactId": "big", "parts": [{"text": "late"}]}, append=True
+        )
+
+
+def test_task_append_message_continues_and_refuses_terminal(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    services.task_transition(task_id=task.id, to_state=TaskState.INPUT_REQUIRED, message="more?")
+    task.dispatches.update(state=DispatchState.DONE)
+    services.task_append_message(task_id=task.id, message=user_message("more"))
+    assert task.dispatches.filter(state=DispatchState.PENDING).count() == 1
+    with pytest.raises(InvalidPayload):
+        services.task_append_message(
+            task_id=task.id, message=user_message("x", contextId="other-context")
+        )
+    services.task_transition(task_id=task.id, to_state=TaskState.CANCELED)
+    with pytest.raises(TaskTerminal):
+        services.task_append_message(task_id=task.id, message=user_message("late"))
+
+
+def test_task_cancel_terminal_is_not_cancelable(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    services.task_cancel(task_id=task.id)
+    with pytest.raises(IllegalTransition) as exc:
+        services.task_cancel(task_id=task.id)
+    assert exc.value.terminal
+
+
+def test_status_timestamp_strictly_increases(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    stamps = [task.status_timestamp]
+    for _ in range(20):
+        task = services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
+        stamps.append(task.status_timestamp)
+    assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
+
+
+def test_notify_is_sent_once_per_task_per_transaction(agent, transactional_db):
+    """Several events of one task in one transaction wake listeners once (PG folds them)."""
+    import psycopg
+    from django.db import transaction
+
+    from tests.processes import test_database_url
+
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    with psycopg.connect(test_database_url(), autocommit=True) as listener:
+        listener.execute("LISTEN a2a_task_events")
+        with transaction.atomic():
+            services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
+            services.task_add_artifact(
+                task_id=task.id, artifact={"artifactId": "a", "parts": [{"text": "x"}]}
+            )
+            services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
+        notes = list(listener.notifies(timeout=1.0))
+    assert [n.payload for n in notes] == [str(task.id)]
+    assert connection.vendor == "postgresql"
