@@ -50,4 +50,3 @@ def _empty_broker():
         import redis
 
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
-    yield

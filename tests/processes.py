@@ -52,7 +52,11 @@ class Proc:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the child)
         self.popen = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -88,12 +92,31 @@ class Proc:
         self._log.close()
 
 
-def start_worker(log_dir: Path, name: str = "worker", queues: str = "agents,webhooks,heartbeat",
-                 concurrency: int = 2, **env: str) -> Proc:
+def start_worker(
+    log_dir: Path,
+    name: str = "worker",
+    queues: str = "agents,webhooks,heartbeat",
+    concurrency: int = 2,
+    **env: str,
+) -> Proc:
     proc = Proc(
         name,
-        [str(BIN / "celery"), "-A", "a2a_platform", "worker", "-Q", queues, "-c", str(concurrency),
-         "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+        [
+            str(BIN / "celery"),
+            "-A",
+            "a2a_platform",
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ],
         process_env(**env),
         log_dir,
     )
@@ -104,9 +127,18 @@ def start_worker(log_dir: Path, name: str = "worker", queues: str = "agents,webh
 def start_beat(log_dir: Path, **env: str) -> Proc:
     proc = Proc(
         "beat",
-        [str(BIN / "celery"), "-A", "a2a_platform", "beat", "--loglevel", "INFO",
-         "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
-         "--schedule", str(log_dir / "beat-schedule")],
+        [
+            str(BIN / "celery"),
+            "-A",
+            "a2a_platform",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--scheduler",
+            "django_celery_beat.schedulers:DatabaseScheduler",
+            "--schedule",
+            str(log_dir / "beat-schedule"),
+        ],
         process_env(**env),
         log_dir,
     )
@@ -114,8 +146,12 @@ def start_beat(log_dir: Path, **env: str) -> Proc:
     return proc
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 30, interval: float = 0.1,
-               message: str = "condition") -> object:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float = 30,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -13,7 +13,9 @@ from tests.factories import user_message
 pytestmark = pytest.mark.django_db
 
 
-def test_task_create_writes_task_message_event_and_dispatch(agent, django_capture_on_commit_callbacks):
+def test_task_create_writes_task_message_event_and_dispatch(
+    agent, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
     assert task.state == TaskState.SUBMITTED
@@ -30,7 +32,9 @@ def test_task_create_writes_task_message_event_and_dispatch(agent, django_captur
 
 def test_task_create_rejects_agent_role_and_empty_parts(agent):
     with pytest.raises(InvalidPayload) as exc:
-        services.task_create(agent=agent, owner="a", message={**user_message(), "role": "ROLE_AGENT"})
+        services.task_create(
+            agent=agent, owner="a", message={**user_message(), "role": "ROLE_AGENT"}
+        )
     assert exc.value.field == "message.role"
     with pytest.raises(InvalidPayload) as exc:
         services.task_create(agent=agent, owner="a", message={**user_message(), "parts": []})
@@ -89,7 +93,9 @@ def test_task_add_artifact_assembles_chunks(agent):
     assert art.chunks == 3
     with pytest.raises(InvalidPayload):
         services.task_add_artifact(
-            task_id=task.id, artifact={"artifactId": "big", "parts": [{"text": "late"}]}, append=True
+            task_id=task.id,
+            artifact={"artifactId": "big", "parts": [{"text": "late"}]},
+            append=True,
         )
 
 

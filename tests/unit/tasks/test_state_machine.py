@@ -90,7 +90,9 @@ def test_random_sequences_keep_invariants(targets, steps):
         state, stamp = target, new_stamp
         accepted.append((seq, state, stamp))
     assert [s for s, _, _ in accepted] == list(range(1, len(accepted) + 1))
-    terminal_at = next((i for i, (_, st_, _) in enumerate(accepted) if st_ in TERMINAL_STATES), None)
+    terminal_at = next(
+        (i for i, (_, st_, _) in enumerate(accepted) if st_ in TERMINAL_STATES), None
+    )
     if terminal_at is not None:
         assert terminal_at == len(accepted) - 1
 
