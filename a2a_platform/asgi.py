@@ -1,8 +1,10 @@
 """ASGI entry point: Django, behind a small router that owns the lifespan.
 
 At startup the router starts this process's event hub (so readiness can report it and the
-first waiter does not pay for the connection); at shutdown it stops it. Long-lived streams
-(the streaming issue) will be served here beside Django, without a thread per request.
+first waiter does not pay for the connection); at shutdown it stops it. The A2A wire surface
+(a2a_platform/protocol) is served here beside Django, so a blocking SendMessage (and later a
+stream) holds neither a thread nor a database connection while it waits; everything else
+(admin, REST API, health) is Django.
 """
 
 import logging
@@ -33,8 +35,15 @@ async def _lifespan(receive, send) -> None:
             return
 
 
+from a2a_platform.protocol import app as protocol  # noqa: E402 (needs Django set up)
+
+
 async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
+        return
+    route = protocol.route_for(scope)
+    if route is not None:
+        await protocol.handle(route, scope, receive, send)
         return
     await django_app(scope, receive, send)

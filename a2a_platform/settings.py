@@ -191,3 +191,11 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+# Blocking SendMessage returns the task as it is after this many seconds at most.
+A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = env.float("A2A_SEND_MESSAGE_MAX_WAIT_SECONDS", default=30)
+# Request bodies above this are refused from Content-Length, before reading.
+A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=4 * 1024 * 1024)
+A2A_JSONRPC_MAX_BATCH = env.int("A2A_JSONRPC_MAX_BATCH", default=20)
+A2A_MAX_JSON_DEPTH = env.int("A2A_MAX_JSON_DEPTH", default=32)
+# Public origin for card URLs (https://agents.example.com); derived from the request if unset.
+A2A_PUBLIC_BASE_URL = env.str("A2A_PUBLIC_BASE_URL", default="")

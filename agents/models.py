@@ -53,6 +53,12 @@ class Agent(models.Model):
     skills = models.JSONField(default=list, blank=True, help_text="A2A AgentSkill objects")
     default_input_modes = models.JSONField(default=list, blank=True)
     default_output_modes = models.JSONField(default=list, blank=True)
+    extensions = models.JSONField(
+        default=list, blank=True, help_text="A2A AgentExtension objects declared in the card"
+    )
+    card_max_age = models.PositiveIntegerField(
+        default=60, help_text="Cache-Control max-age of the agent card, in seconds"
+    )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
     auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
     is_default = models.BooleanField(

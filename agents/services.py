@@ -94,7 +94,8 @@ def api_key_revoke(*, key_id: object) -> ApiKey:
 
 def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
     """The live key of `kind` this token belongs to, or None. Constant-time digest compare."""
-    parts = token.split("_")
+    # The secret is token_urlsafe, whose alphabet includes "_": split off the prefix only.
+    parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 12:
         return None
     key = (

@@ -170,3 +170,28 @@ class ExecutorDispatch(models.Model):
 
     def __str__(self) -> str:
         return f"dispatch {self.pk} ({self.state})"
+
+
+class MessageReceipt(models.Model):
+    """Idempotent SendMessage for authenticated principals.
+
+    (agent, owner, messageId) names one request; `request_hash` tells a retry (same body:
+    the same task is answered) from a conflicting reuse of the id (refused).
+    """
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="+")
+    owner = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="receipts")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "owner", "message_id"], name="receipt_unique_message"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.message_id

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from a2a.types import a2a_pb2
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from tasks import wire
 from tasks.dispatch import dispatch_close_active, dispatch_open
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
-from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
+from tasks.models import Artifact, EventKind, Message, MessageReceipt, Task, TaskEvent
 from tasks.notify import notify_task_event
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
@@ -268,3 +269,82 @@ def task_cancel(*, task_id: object, reason: str | None = None) -> Task:
     A terminal task raises IllegalTransition with `.terminal` (TaskNotCancelable on the wire).
     """
     return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    task: Task
+    created: bool  # a new task was opened (else an existing one was continued)
+    replayed: bool  # an idempotent retry: nothing was written
+
+
+def _replay(agent: Any, owner: str, message_id: str, request_hash: str) -> SendResult | None:
+    receipt = (
+        MessageReceipt.objects.select_related("task")
+        .filter(agent=agent, owner=owner, message_id=message_id)
+        .first()
+    )
+    if receipt is None:
+        return None
+    if receipt.request_hash != request_hash:
+        raise InvalidPayload(
+            "message.messageId", "was already used by this caller with a different request"
+        )
+    return SendResult(receipt.task, created=False, replayed=True)
+
+
+def task_send(
+    *,
+    agent: Any,
+    owner: str,
+    message: MessageInput,
+    request_hash: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> SendResult:
+    """SendMessage's write: open a task, or continue the one the message names.
+
+    With `request_hash` (authenticated callers) the request is idempotent on
+    (agent, owner, messageId): a retry with the same hash returns the same task and writes
+    nothing; the same id with a different hash raises InvalidPayload. The receipt is written
+    in the same transaction as the task change.
+    """
+    msg = _as_message(message)
+    if msg.role != a2a_pb2.ROLE_USER:
+        raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
+    if request_hash:
+        replay = _replay(agent, owner, msg.message_id, request_hash)
+        if replay is not None:
+            return replay
+    try:
+        with transaction.atomic():
+            if msg.task_id:
+                pk = _uuid_or_none(msg.task_id)
+                if not Task.objects.filter(pk=pk, agent=agent, owner=owner).exists():
+                    raise TaskNotFound(msg.task_id)
+                task = task_append_message(task_id=msg.task_id, message=msg)
+                created = False
+            else:
+                task = task_create(agent=agent, owner=owner, message=msg, metadata=metadata)
+                created = True
+            if request_hash:
+                MessageReceipt.objects.create(
+                    agent=agent,
+                    owner=owner,
+                    message_id=msg.message_id,
+                    request_hash=request_hash,
+                    task=task,
+                )
+    except IntegrityError:
+        # A concurrent identical request won the race; answer as its retry.
+        replay = _replay(agent, owner, msg.message_id, request_hash or "")
+        if replay is None:
+            raise
+        return replay
+    return SendResult(task, created=created, replayed=False)
+
+
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None

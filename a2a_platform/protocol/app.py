@@ -1,0 +1,319 @@
+"""The A2A wire surface as a small ASGI app beside Django (asgi.py routes to it).
+
+Thin: resolve the route, read and check the body, build the caller's context, call one
+operation, render. JSON-RPC answers `application/json`, HTTP+JSON `application/a2a+json`.
+Served outside Django's request cycle so a blocking SendMessage (and, later, a stream) holds
+no thread and no database connection while it waits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from starlette.requests import Request
+from starlette.responses import Response
+
+from a2a_platform.orm import run_orm
+from a2a_platform.protocol import operations, v03
+from a2a_platform.protocol.body import parse_json, read_body
+from a2a_platform.protocol.context import V03, V1, Ctx, build_ctx, negotiate_version
+from a2a_platform.protocol.errors import (
+    INTERNAL,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ProtocolError,
+    from_domain,
+    invalid_params,
+)
+from a2a_platform.protocol.routes import Route, resolve
+
+logger = logging.getLogger(__name__)
+
+JSONRPC_MEDIA = "application/json"
+REST_MEDIA = "application/a2a+json"
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _as_protocol_error(exc: Exception) -> ProtocolError:
+    mapped = from_domain(exc)
+    if mapped is not None:
+        return mapped
+    logger.error("unexpected error in protocol handler", exc_info=exc)
+    return ProtocolError(INTERNAL, "internal error")
+
+
+def _origin(request: Request) -> str:
+    if settings.A2A_PUBLIC_BASE_URL:
+        return settings.A2A_PUBLIC_BASE_URL.rstrip("/")
+    return f"{request.url.scheme}://{request.headers.get('host') or request.url.netloc}"
+
+
+async def _ctx(request: Request, tenant: str | None, version: str) -> Ctx:
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    origin = _origin(request)
+    return await run_orm(
+        lambda: build_ctx(tenant=tenant, headers=headers, version=version, origin=origin)
+    )
+
+
+def _requested_version(request: Request) -> str | None:
+    return negotiate_version(
+        request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
+    )
+
+
+async def handle(route: Route, scope, receive, send) -> None:
+    request = Request(scope, receive)
+    if route.name == "jsonrpc":
+        response = await _jsonrpc(request, route)
+    elif route.name == "card":
+        response = await _card(request, route)
+    else:
+        response = await _rest(request, route)
+    await response(scope, receive, send)
+
+
+# --- Agent card ----------------------------------------------------------------------------
+
+
+async def _card(request: Request, route: Route) -> Response:
+    try:
+        ctx = await run_orm(
+            lambda: build_ctx(
+                tenant=route.tenant,
+                headers={},  # the public card needs no credentials
+                version=V1,
+                origin=_origin(request),
+            )
+        )
+    except ProtocolError as exc:
+        return _rest_error(exc)
+    # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win).
+    card = v03.card(operations.public_card(ctx))
+    body = _dumps(card)
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
+    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+# --- JSON-RPC ------------------------------------------------------------------------------
+
+
+def _rpc_response(id_: Any, *, result: Any = None, error: ProtocolError | None = None) -> dict:
+    if error is not None:
+        return {"jsonrpc": "2.0", "id": id_, "error": error.jsonrpc_error()}
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def _http_status(error: ProtocolError) -> int:
+    # JSON-RPC errors travel with HTTP 200, except the transport-level refusals a proxy or
+    # client library must see: too large, unauthenticated, temporarily unavailable.
+    return error.kind.http_status if error.kind.http_status in (401, 413, 503) else 200
+
+
+async def _jsonrpc(request: Request, route: Route) -> Response:
+    try:
+        header_version = V03 if route.legacy else _requested_version(request)
+        payload = parse_json(await read_body(request))
+    except ProtocolError as exc:
+        return Response(
+            _dumps(_rpc_response(None, error=exc)),
+            status_code=_http_status(exc),
+            media_type=JSONRPC_MEDIA,
+            headers=exc.headers(),
+        )
+    ctx_cache: dict[tuple[str, str | None], Ctx] = {}
+
+    async def ctx_for(version: str, tenant: str | None) -> Ctx:
+        # At the origin root, `params.tenant` names the agent; under /{slug} the path wins.
+        tenant = route.tenant or tenant
+        if (version, tenant) not in ctx_cache:
+            ctx_cache[version, tenant] = await _ctx(request, tenant, version)
+        return ctx_cache[version, tenant]
+
+    if isinstance(payload, list):
+        if not payload:
+            err = ProtocolError(INVALID_REQUEST, "empty batch")
+            return Response(_dumps(_rpc_response(None, error=err)), media_type=JSONRPC_MEDIA)
+        if len(payload) > settings.A2A_JSONRPC_MAX_BATCH:
+            err = ProtocolError(
+                INVALID_REQUEST,
+                f"batch of {len(payload)} exceeds the limit of {settings.A2A_JSONRPC_MAX_BATCH}",
+            )
+            return Response(_dumps(_rpc_response(None, error=err)), media_type=JSONRPC_MEDIA)
+        answers = []
+        for item in payload:
+            answer, _ = await _rpc_one(item, header_version, ctx_for, in_batch=True)
+            if answer is not None:
+                answers.append(answer)
+        if not answers:
+            return Response(status_code=204)
+        return Response(_dumps(answers), media_type=JSONRPC_MEDIA)
+
+    answer, status = await _rpc_one(payload, header_version, ctx_for, in_batch=False)
+    if answer is None:
+        return Response(status_code=204)
+    headers = {}
+    if ctx_cache:
+        activated = next(iter(ctx_cache.values())).activated_extensions
+        if activated:
+            headers["A2A-Extensions"] = ",".join(sorted(activated))
+    if "error" in answer and status != 200:
+        headers.update(answer.pop("_headers", {}))
+    answer.pop("_headers", None)
+    return Response(_dumps(answer), status_code=status, media_type=JSONRPC_MEDIA, headers=headers)
+
+
+async def _rpc_one(item: Any, header_version: str | None, ctx_for, *, in_batch: bool):
+    """(response dict or None for a notification, HTTP status)."""
+    if not isinstance(item, dict):
+        return _rpc_response(None, error=ProtocolError(INVALID_REQUEST, "not an object")), 200
+    id_ = item.get("id")
+    is_notification = "id" not in item
+    if not (
+        id_ is None or isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+    ):
+        err = ProtocolError(INVALID_REQUEST, "id must be a string, a number or null")
+        return _rpc_response(None, error=err), 200
+    version = header_version or V1
+    try:
+        if item.get("jsonrpc") != "2.0":
+            raise ProtocolError(INVALID_REQUEST, 'jsonrpc must be "2.0"')
+        method = item.get("method")
+        if not isinstance(method, str) or not method:
+            raise ProtocolError(INVALID_REQUEST, "method must be a non-empty string")
+        params = item.get("params", {})
+        if params is not None and not isinstance(params, dict):
+            raise invalid_params("params", "must be an object")
+        version, op_name = _method_version(method, header_version)
+        if in_batch and op_name in operations.STREAMING_OPERATIONS:
+            raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
+        tenant = (params or {}).get("tenant")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise invalid_params("tenant", "must be a non-empty string")
+        ctx = await ctx_for(version, tenant)
+        if version == V03:
+            result = await v03.call(ctx, op_name, params or {})
+        else:
+            result = await operations.OPERATIONS[op_name](ctx, params or {})
+    except Exception as exc:
+        error = exc if isinstance(exc, ProtocolError) else _as_protocol_error(exc)
+        if is_notification:
+            return None, 204
+        answer = _rpc_response(id_, error=error)
+        if version == V03:
+            answer["error"] = v03.jsonrpc_error(error)
+        answer["_headers"] = error.headers()
+        return answer, _http_status(error)
+    if is_notification:
+        return None, 204
+    return _rpc_response(id_, result=result), 200
+
+
+def _method_version(method: str, header_version: str | None) -> tuple[str, str]:
+    if header_version in (None, V1) and method in operations.OPERATIONS:
+        return V1, method
+    if header_version in (None, V03) and method in v03.METHODS:
+        return V03, v03.METHODS[method]
+    raise ProtocolError(
+        METHOD_NOT_FOUND,
+        f"method {method[:80]!r} not found"
+        + (f" for A2A-Version {header_version}" if header_version else ""),
+    )
+
+
+# --- HTTP+JSON -----------------------------------------------------------------------------
+
+
+def _rest_error(exc: ProtocolError, *, legacy: bool = False) -> Response:
+    body = v03.rest_error(exc) if legacy else exc.rest_body()
+    return Response(
+        _dumps(body),
+        status_code=exc.kind.http_status,
+        media_type="application/json" if legacy else REST_MEDIA,
+        headers=exc.headers(),
+    )
+
+
+_INT_QUERY = {"pageSize", "historyLength"}
+_BOOL_QUERY = {"includeArtifacts"}
+
+
+def _query_params(request: Request) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, value in request.query_params.multi_items():
+        if key == "A2A-Version":
+            continue
+        if key in _INT_QUERY:
+            try:
+                params[key] = int(value)
+            except ValueError:
+                raise invalid_params(key, "must be an integer") from None
+        elif key in _BOOL_QUERY:
+            if value not in ("true", "false"):
+                raise invalid_params(key, "must be true or false")
+            params[key] = value == "true"
+        else:
+            params[key] = value
+    return params
+
+
+async def _rest(request: Request, route: Route) -> Response:
+    if not route.method_allowed:
+        err = ProtocolError(METHOD_NOT_FOUND, f"{request.method} is not allowed here")
+        resp = _rest_error(err, legacy=route.legacy)
+        resp.status_code = 405
+        return resp
+    try:
+        version = V03 if route.legacy else (_requested_version(request) or V1)
+        if version == V03 and not route.legacy:
+            raise ProtocolError(METHOD_NOT_FOUND, "v0.3 clients use the agent's v0.3 interface URL")
+        params = _query_params(request)
+        if request.method in ("POST", "PUT", "PATCH"):
+            body = await read_body(request)
+            if body.strip():
+                data = parse_json(body)
+                if not isinstance(data, dict):
+                    raise invalid_params("body", "must be a JSON object")
+                params.update(data)
+        params.update(_path_params(route))
+        ctx = await _ctx(request, route.tenant, version)
+        if version == V03:
+            result = await v03.call(ctx, route.name, params, rest=True)
+        else:
+            result = await operations.OPERATIONS[route.name](ctx, params)
+    except Exception as exc:
+        error = exc if isinstance(exc, ProtocolError) else _as_protocol_error(exc)
+        return _rest_error(error, legacy=route.legacy)
+    headers = {}
+    if ctx.activated_extensions:
+        headers["A2A-Extensions"] = ",".join(sorted(ctx.activated_extensions))
+    media = "application/json" if route.legacy else REST_MEDIA
+    return Response(_dumps(result), media_type=media, headers=headers)
+
+
+def _path_params(route: Route) -> dict[str, str]:
+    out = {}
+    if "id" in route.params:
+        key = "taskId" if "PushNotificationConfig" in route.name else "id"
+        out[key] = route.params["id"]
+    if "config_id" in route.params:
+        out["id"] = route.params["config_id"]
+    if route.tenant:
+        out["tenant"] = route.tenant
+    return out
+
+
+def route_for(scope) -> Route | None:
+    if scope["type"] != "http":
+        return None
+    return resolve(scope["method"], scope["path"])

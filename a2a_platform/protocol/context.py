@@ -1,0 +1,119 @@
+"""Who is calling which agent, in which protocol version: resolved once per request."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from a2a_platform.protocol.errors import (
+    EXTENSION_SUPPORT_REQUIRED,
+    UNAUTHENTICATED,
+    VERSION_NOT_SUPPORTED,
+    Kind,
+    ProtocolError,
+)
+from agents.card import API_KEY_HEADER, declared_extensions, required_extensions
+from agents.models import Agent, ApiKeyKind, AuthMode
+from agents.selectors import agent_by_slug, default_agent
+from agents.services import api_key_authenticate
+
+ANONYMOUS = "anonymous"
+V1 = "1.0"
+V03 = "0.3"
+AGENT_NOT_FOUND = Kind("AGENT_NOT_FOUND", -32601, 404, "NOT_FOUND", "No such agent", "a2a-platform")
+
+_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
+
+
+@dataclass
+class Ctx:
+    agent: Agent
+    principal: str
+    authenticated: bool
+    version: str
+    origin: str
+    at_root: bool
+    extensions: set[str] = field(default_factory=set)
+
+    @property
+    def activated_extensions(self) -> set[str]:
+        return self.extensions & declared_extensions(self.agent)
+
+
+def negotiate_version(header: str | None) -> str | None:
+    """'1.0' for any 1.x, '0.3' for 0.3, None when absent; anything else is refused."""
+    if header is None or not header.strip():
+        return None
+    match = _VERSION.match(header)
+    if match and match.group(1) == "1":
+        return V1
+    if match and (match.group(1), match.group(2)) == ("0", "3"):
+        return V03
+    raise ProtocolError(
+        VERSION_NOT_SUPPORTED,
+        f"A2A-Version {header.strip()[:20]!r} is not supported; use 1.0 or 0.3",
+        metadata={"supported": "1.0,0.3"},
+    )
+
+
+def parse_extensions(header: str | None) -> set[str]:
+    if not header:
+        return set()
+    return {uri.strip() for uri in header.split(",") if uri.strip()}
+
+
+def resolve_agent(tenant: str | None) -> Agent:
+    agent = default_agent() if tenant is None else agent_by_slug(tenant)
+    if agent is None:
+        what = "no default agent is configured" if tenant is None else f"no agent {tenant!r}"
+        raise ProtocolError(AGENT_NOT_FOUND, what)
+    return agent
+
+
+def _token(authorization: str | None, api_key: str | None) -> str | None:
+    if api_key and api_key.strip():
+        return api_key.strip()
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return None
+
+
+def authenticate(agent: Agent, headers: dict[str, str]) -> tuple[str, bool]:
+    """(principal, authenticated). A presented but invalid key is refused, never downgraded."""
+    token = _token(headers.get("authorization"), headers.get(API_KEY_HEADER.lower()))
+    if token is not None:
+        key = api_key_authenticate(token, kind=ApiKeyKind.CLIENT)
+        if key is None or key.agent_id != agent.pk:
+            raise ProtocolError(UNAUTHENTICATED, "invalid or revoked API key for this agent")
+        return key.principal, True
+    if agent.auth_mode == AuthMode.PUBLIC:
+        return ANONYMOUS, False
+    raise ProtocolError(
+        UNAUTHENTICATED,
+        f"this agent requires an API key (Authorization: Bearer, or {API_KEY_HEADER})",
+    )
+
+
+def build_ctx(*, tenant: str | None, headers: dict[str, str], version: str, origin: str) -> Ctx:
+    """Runs in a worker thread (ORM)."""
+    agent = resolve_agent(tenant)
+    principal, authenticated = authenticate(agent, headers)
+    extensions = parse_extensions(headers.get("a2a-extensions") or headers.get("x-a2a-extensions"))
+    missing = required_extensions(agent) - extensions
+    if missing:
+        raise ProtocolError(
+            EXTENSION_SUPPORT_REQUIRED,
+            "activate the required extensions with the A2A-Extensions header",
+            metadata={"required": ",".join(sorted(missing))},
+        )
+    return Ctx(
+        agent=agent,
+        principal=principal,
+        authenticated=authenticated,
+        version=version,
+        origin=origin,
+        at_root=tenant is None,
+        extensions=extensions,
+    )

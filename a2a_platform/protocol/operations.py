@@ -1,0 +1,321 @@
+"""The 11 A2A operations, binding-independent: ProtoJSON params in, ProtoJSON result out.
+
+Each handler parses its request with the official protobuf type, calls selectors or one
+service in a short ORM call (`run_orm`: the connection goes back to the pool at once), and
+renders. Blocking SendMessage waits on the event hub holding neither a thread nor a
+connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from a2a.types import a2a_pb2
+from django.conf import settings
+from google.protobuf import json_format
+
+from a2a_platform.orm import run_orm
+from a2a_platform.protocol.context import ANONYMOUS, Ctx
+from a2a_platform.protocol.errors import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    PUSH_NOT_SUPPORTED,
+    TASK_NOT_FOUND,
+    UNAUTHENTICATED,
+    UNSUPPORTED_OPERATION,
+    ProtocolError,
+    from_domain,
+    invalid_params,
+)
+from agents.card import render_card
+from tasks import services, wire
+from tasks.event_hub import get_hub
+from tasks.models import Task
+from tasks.states import SETTLED_STATES, TaskState
+
+Params = dict[str, Any]
+
+
+def parse_request(params: Any, proto_cls: type) -> Any:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid_params("params", "must be a JSON object")
+    try:
+        return json_format.ParseDict(params, proto_cls(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise invalid_params("params", str(exc).splitlines()[0][:300]) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise invalid_params("params", f"invalid value: {exc}"[:300]) from None
+
+
+async def orm(fn):
+    """Run a short ORM call; map domain errors to protocol errors."""
+    try:
+        return await run_orm(fn)
+    except Exception as exc:
+        mapped = from_domain(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def _history_length(req: Any, field: str = "history_length") -> int | None:
+    if not req.HasField(field):
+        return None
+    value = getattr(req, field)
+    if value < 0:
+        raise invalid_params("historyLength", "must not be negative")
+    return value
+
+
+def snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
+    """Task as ProtoJSON: history per historyLength (None all, 0 none, N newest N)."""
+    history = None
+    if history_length != 0:
+        qs = task.messages.select_related("task").order_by("-id")
+        rows = list(qs[:history_length] if history_length else qs)
+        history = rows[::-1]
+    artifacts = list(task.artifacts.order_by("id")) if include_artifacts else None
+    return wire.task_json(task, history=history, artifacts=artifacts)
+
+
+def _visible_task(ctx: Ctx, task_id: str) -> Task:
+    from tasks.selectors import task_for_owner
+
+    task = task_for_owner(agent_id=ctx.agent.pk, owner=ctx.principal, task_id=task_id)
+    if task is None:
+        raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": task_id[:100]})
+    return task
+
+
+def _media_match(accepted: str, offered: str) -> bool:
+    a_type, _, a_sub = accepted.partition("/")
+    o_type, _, o_sub = offered.partition("/")
+    return a_type in ("*", o_type) and a_sub in ("*", o_sub, "")
+
+
+def _check_output_modes(ctx: Ctx, accepted: list[str]) -> None:
+    offered = ctx.agent.default_output_modes or ["text/plain"]
+    if accepted and not any(_media_match(a, o) for a in accepted for o in offered):
+        raise ProtocolError(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "none of acceptedOutputModes is produced by this agent",
+            metadata={"offered": ",".join(offered)},
+        )
+
+
+def _check_input_parts(ctx: Ctx, message: a2a_pb2.Message) -> None:
+    accepted = ctx.agent.default_input_modes or []
+    if not accepted:
+        return
+    for i, part in enumerate(message.parts):
+        media = part.media_type or ("text/plain" if part.WhichOneof("content") == "text" else "")
+        if media and not any(_media_match(a, media) for a in accepted):
+            raise ProtocolError(
+                CONTENT_TYPE_NOT_SUPPORTED,
+                f"message.parts[{i}]: media type {media[:100]!r} is not accepted by this agent",
+                metadata={"accepted": ",".join(accepted)},
+            )
+
+
+def _request_hash(params: Params) -> str:
+    body = {k: v for k, v in params.items() if k != "tenant"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- SendMessage ---------------------------------------------------------------------------
+
+
+async def send_message(ctx: Ctx, params: Params) -> dict:
+    req = parse_request(params, a2a_pb2.SendMessageRequest)
+    if not req.HasField("message"):
+        raise invalid_params("message", "is required")
+    config = req.configuration
+    history_length = _history_length(config) if req.HasField("configuration") else None
+    if config.HasField("task_push_notification_config"):
+        raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+    msg = wire.parse_message(wire.to_json(req.message)) if req.message.message_id else None
+    if msg is None:
+        raise invalid_params("message.messageId", "is required")
+    if msg.role != a2a_pb2.ROLE_USER:
+        raise invalid_params("message.role", "a client message must have role ROLE_USER")
+    _check_output_modes(ctx, list(config.accepted_output_modes))
+    _check_input_parts(ctx, msg)
+    request_hash = _request_hash(params) if ctx.principal != ANONYMOUS else None
+    metadata = json_format.MessageToDict(req.metadata) if req.HasField("metadata") else None
+
+    def write():
+        return services.task_send(
+            agent=ctx.agent,
+            owner=ctx.principal,
+            message=msg,
+            request_hash=request_hash,
+            metadata=metadata,
+        )
+
+    result = await orm(write)
+    task_id = result.task.pk
+    if not config.return_immediately:
+        await wait_until_settled(task_id, settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS)
+
+    def render():
+        task = Task.objects.get(pk=task_id)
+        if task.answered_with_message and task.status_message:
+            return {"message": task.status_message}
+        return {"task": snapshot(task, history_length=history_length)}
+
+    return await orm(render)
+
+
+async def wait_until_settled(task_id: object, max_wait: float) -> None:
+    """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes."""
+    deadline = time.monotonic() + max_wait
+    hub = get_hub()
+
+    def state_and_seq():
+        return Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
+
+    while True:
+        row = await run_orm(state_and_seq)
+        if row is None or TaskState(row[0]) in SETTLED_STATES:
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        await hub.wait_for_task_event(task_id, row[1], remaining)
+
+
+async def send_streaming_message(ctx: Ctx, params: Params) -> dict:
+    raise ProtocolError(UNSUPPORTED_OPERATION, "streaming is not offered by this agent yet")
+
+
+async def subscribe_to_task(ctx: Ctx, params: Params) -> dict:
+    raise ProtocolError(UNSUPPORTED_OPERATION, "streaming is not offered by this agent yet")
+
+
+# --- Tasks ---------------------------------------------------------------------------------
+
+
+async def get_task(ctx: Ctx, params: Params) -> dict:
+    req = parse_request(params, a2a_pb2.GetTaskRequest)
+    if not req.id:
+        raise invalid_params("id", "is required")
+    history_length = _history_length(req)
+    return await orm(lambda: snapshot(_visible_task(ctx, req.id), history_length=history_length))
+
+
+async def cancel_task(ctx: Ctx, params: Params) -> dict:
+    req = parse_request(params, a2a_pb2.CancelTaskRequest)
+    if not req.id:
+        raise invalid_params("id", "is required")
+
+    def cancel():
+        task = _visible_task(ctx, req.id)
+        services.task_cancel(task_id=task.pk)
+        return snapshot(Task.objects.get(pk=task.pk), history_length=None)
+
+    return await orm(cancel)
+
+
+def _encode_cursor(task: Task) -> str:
+    raw = json.dumps({"t": task.status_timestamp.isoformat(), "i": str(task.pk)})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(token: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw)
+        return datetime.fromisoformat(data["t"]), str(data["i"])
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid_params("pageToken", "is not a token this server issued") from None
+
+
+async def list_tasks(ctx: Ctx, params: Params) -> dict:
+    from django.db.models import Q
+
+    req = parse_request(params, a2a_pb2.ListTasksRequest)
+    page_size = req.page_size if req.HasField("page_size") else 50
+    if not 1 <= page_size <= 100:
+        raise invalid_params("pageSize", "must be between 1 and 100")
+    history_length = _history_length(req)
+    include_artifacts = req.include_artifacts if req.HasField("include_artifacts") else False
+    if ctx.principal == ANONYMOUS and not req.context_id:
+        raise invalid_params(
+            "contextId", "anonymous callers list only the tasks of a contextId they name"
+        )
+    cursor = _decode_cursor(req.page_token) if req.page_token else None
+    after = None
+    if req.HasField("status_timestamp_after"):
+        after = req.status_timestamp_after.ToDatetime(tzinfo=UTC)
+
+    def query():
+        qs = Task.objects.filter(agent=ctx.agent, owner=ctx.principal)
+        if req.context_id:
+            qs = qs.filter(context_id=req.context_id)
+        if req.status != a2a_pb2.TASK_STATE_UNSPECIFIED:
+            qs = qs.filter(state=a2a_pb2.TaskState.Name(req.status))
+        if after is not None:
+            qs = qs.filter(status_timestamp__gte=after)
+        total = qs.count()
+        if cursor is not None:
+            ts, pk = cursor
+            qs = qs.filter(Q(status_timestamp__lt=ts) | Q(status_timestamp=ts, pk__lt=pk))
+        rows = list(qs.order_by("-status_timestamp", "-pk")[: page_size + 1])
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        return {
+            "tasks": [
+                snapshot(t, history_length=history_length, include_artifacts=include_artifacts)
+                for t in rows
+            ],
+            "nextPageToken": _encode_cursor(rows[-1]) if more else "",
+            "pageSize": page_size,
+            "totalSize": total,
+        }
+
+    return await orm(query)
+
+
+# --- Push configs (until the delivery issue lands) ------------------------------------------
+
+
+async def push_not_supported(ctx: Ctx, params: Params) -> dict:
+    raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+
+
+# --- Cards ---------------------------------------------------------------------------------
+
+
+def public_card(ctx: Ctx) -> dict:
+    return render_card(ctx.agent, origin=ctx.origin, at_root=ctx.at_root)
+
+
+async def get_extended_agent_card(ctx: Ctx, params: Params) -> dict:
+    if not public_card(ctx)["capabilities"].get("extendedAgentCard"):
+        raise ProtocolError(UNSUPPORTED_OPERATION, "this agent has no extended agent card")
+    if not ctx.authenticated:
+        raise ProtocolError(UNAUTHENTICATED, "the extended agent card needs an API key")
+    return public_card(ctx)
+
+
+OPERATIONS = {
+    "SendMessage": send_message,
+    "SendStreamingMessage": send_streaming_message,
+    "GetTask": get_task,
+    "ListTasks": list_tasks,
+    "CancelTask": cancel_task,
+    "SubscribeToTask": subscribe_to_task,
+    "CreateTaskPushNotificationConfig": push_not_supported,
+    "GetTaskPushNotificationConfig": push_not_supported,
+    "ListTaskPushNotificationConfigs": push_not_supported,
+    "DeleteTaskPushNotificationConfig": push_not_supported,
+    "GetExtendedAgentCard": get_extended_agent_card,
+}
+STREAMING_OPERATIONS = frozenset({"SendStreamingMessage", "SubscribeToTask"})

@@ -1,0 +1,107 @@
+"""Agent Card rendering from the Agent model (ProtoJSON of `lf.a2a.v1.AgentCard`).
+
+Rendered through the official protobuf type, so a card that does not fit the schema fails
+here, not in a client. No empty values are emitted (verifiers of signed cards disagree about
+them, digest §10).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+
+from agents.models import Agent, AuthMode
+
+V03_SUFFIX = "/v0.3"
+API_KEY_HEADER = "X-API-Key"
+
+
+def agent_base_url(agent: Agent, origin: str, *, at_root: bool) -> str:
+    """The one URL both v1.0 bindings of this agent live at (slug in the path, no tenant)."""
+    origin = origin.rstrip("/")
+    return f"{origin}/" if at_root else f"{origin}/{agent.slug}"
+
+
+def _skills(agent: Agent) -> list[dict[str, Any]]:
+    if agent.skills:
+        return agent.skills
+    # A card needs at least one skill; describe the agent itself.
+    return [
+        {
+            "id": agent.slug,
+            "name": agent.name,
+            "description": agent.description,
+            "tags": [agent.executor],
+        }
+    ]
+
+
+def security(agent: Agent) -> dict[str, Any]:
+    if agent.auth_mode != AuthMode.API_KEY:
+        return {}
+    return {
+        "securitySchemes": {
+            "bearer": {
+                "httpAuthSecurityScheme": {
+                    "scheme": "Bearer",
+                    "description": "An API key of this agent as a bearer token",
+                }
+            },
+            "apiKey": {
+                "apiKeySecurityScheme": {
+                    "location": "header",
+                    "name": API_KEY_HEADER,
+                    "description": "An API key of this agent",
+                }
+            },
+        },
+        # Alternatives: either scheme authenticates.
+        "securityRequirements": [{"schemes": {"bearer": {}}}, {"schemes": {"apiKey": {}}}],
+    }
+
+
+def render_card(
+    agent: Agent,
+    *,
+    origin: str,
+    at_root: bool = False,
+    capabilities: dict[str, bool] | None = None,
+    platform_extensions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    base = agent_base_url(agent, origin, at_root=at_root)
+    v03 = base.rstrip("/") + V03_SUFFIX
+    caps = {"streaming": False, "pushNotifications": False, **(capabilities or {})}
+    caps["extendedAgentCard"] = agent.auth_mode == AuthMode.API_KEY
+    extensions = list(agent.extensions or []) + list(platform_extensions or [])
+    card: dict[str, Any] = {
+        "name": agent.name,
+        "description": agent.description,
+        "version": agent.version,
+        "supportedInterfaces": [
+            {"url": base, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": base, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+            {"url": v03, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": v03, "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
+        ],
+        "capabilities": {**caps, **({"extensions": extensions} if extensions else {})},
+        "defaultInputModes": agent.default_input_modes or ["text/plain"],
+        "defaultOutputModes": agent.default_output_modes or ["text/plain"],
+        "skills": _skills(agent),
+        **security(agent),
+    }
+    if agent.provider_organization and agent.provider_url:
+        card["provider"] = {"organization": agent.provider_organization, "url": agent.provider_url}
+    if agent.documentation_url:
+        card["documentationUrl"] = agent.documentation_url
+    proto = json_format.ParseDict(card, a2a_pb2.AgentCard())
+    return json_format.MessageToDict(proto)
+
+
+def required_extensions(agent: Agent) -> set[str]:
+    return {e["uri"] for e in agent.extensions or [] if e.get("required") and e.get("uri")}
+
+
+def declared_extensions(agent: Agent) -> set[str]:
+    return {e["uri"] for e in agent.extensions or [] if e.get("uri")}
