@@ -6,6 +6,8 @@ render stored rows. Every dict that leaves here is exact ProtoJSON of `lf.a2a.v1
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,15 +28,55 @@ def to_json(message: ProtoMessage) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=False)
 
 
+def parse_dict(data: dict, proto_cls: type[ProtoMessage]) -> ProtoMessage:
+    """ProtoJSON parsing that ignores unknown fields (spec §5.7) but not unknown enum values.
+
+    protobuf's `ignore_unknown_fields` also silently drops unknown enum strings (a typo in a
+    status filter would mean "no filter"), so parse strictly first and relax only when the
+    strict error is about an unknown field. Raises ParseError, ValueError or TypeError.
+    """
+    try:
+        return json_format.ParseDict(data, proto_cls())
+    except json_format.ParseError as exc:
+        if "has no field named" not in str(exc):
+            raise
+    return json_format.ParseDict(data, proto_cls(), ignore_unknown_fields=True)
+
+
 def parse_proto(data: Any, proto_cls: type[ProtoMessage], field: str) -> ProtoMessage:
     if not isinstance(data, dict):
         raise InvalidPayload(field, "must be a JSON object")
     try:
-        return json_format.ParseDict(data, proto_cls(), ignore_unknown_fields=True)
+        return parse_dict(data, proto_cls)
     except json_format.ParseError as exc:
         raise InvalidPayload(field, str(exc).splitlines()[0][:300]) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise InvalidPayload(field, f"invalid value: {exc}"[:300]) from None
+
+
+MAX_ID_LENGTH = 255
+
+
+def _check_raw_base64(data: Any, field: str) -> None:
+    """protobuf's JSON parser decodes base64 leniently; A2A clients deserve a clear error."""
+    parts = data.get("parts") if isinstance(data, dict) else None
+    if not isinstance(parts, list):
+        return
+    for i, part in enumerate(parts):
+        raw = part.get("raw") if isinstance(part, dict) else None
+        if isinstance(raw, str):
+            normalized = raw.strip().replace("-", "+").replace("_", "/")
+            normalized += "=" * (-len(normalized) % 4)
+            try:
+                base64.b64decode(normalized, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidPayload(f"{field}.parts[{i}].raw", "is not valid base64") from None
+
+
+def _check_lengths(field: str, **values: str) -> None:
+    for name, value in values.items():
+        if len(value) > MAX_ID_LENGTH:
+            raise InvalidPayload(f"{field}.{name}", f"must be at most {MAX_ID_LENGTH} characters")
 
 
 def _check_parts(parts: Any, field: str) -> None:
@@ -49,7 +91,9 @@ def _check_parts(parts: Any, field: str) -> None:
 
 def parse_message(data: Any, *, field: str = "message") -> a2a_pb2.Message:
     """Validate an A2A Message: messageId, a role and at least one part with content."""
+    _check_raw_base64(data, field)
     msg = parse_proto(data, a2a_pb2.Message, field)
+    _check_lengths(field, messageId=msg.message_id, contextId=msg.context_id, taskId=msg.task_id)
     if not msg.message_id:
         raise InvalidPayload(f"{field}.messageId", "is required")
     if msg.role == a2a_pb2.ROLE_UNSPECIFIED:
@@ -59,7 +103,9 @@ def parse_message(data: Any, *, field: str = "message") -> a2a_pb2.Message:
 
 
 def parse_artifact(data: Any, *, field: str = "artifact") -> a2a_pb2.Artifact:
+    _check_raw_base64(data, field)
     art = parse_proto(data, a2a_pb2.Artifact, field)
+    _check_lengths(field, artifactId=art.artifact_id, name=art.name)
     if not art.artifact_id:
         raise InvalidPayload(f"{field}.artifactId", "is required")
     _check_parts(art.parts, f"{field}.parts")

@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -47,11 +48,22 @@ def parse_request(params: Any, proto_cls: type) -> Any:
     if not isinstance(params, dict):
         raise invalid_params("params", "must be a JSON object")
     try:
-        return json_format.ParseDict(params, proto_cls(), ignore_unknown_fields=True)
+        return wire.parse_dict(params, proto_cls)
     except json_format.ParseError as exc:
-        raise invalid_params("params", str(exc).splitlines()[0][:300]) from None
+        text = str(exc).splitlines()[0]
+        raise invalid_params(_error_path(text), text[:300]) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise invalid_params("params", f"invalid value: {exc}"[:300]) from None
+
+
+def _error_path(parse_error: str) -> str:
+    """`... at SendMessageRequest.message.role.` -> `message.role` (the offending field)."""
+    _, sep, where = parse_error.rpartition(" at ")
+    path = where.rstrip(".").split(".", 1)
+    if sep and len(path) == 2 and path[1]:
+        return path[1]
+    chain = re.findall(r"Failed to parse (\w+) field", parse_error)
+    return ".".join(chain) or "params"
 
 
 async def orm(fn):
@@ -140,9 +152,8 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
     history_length = _history_length(config) if req.HasField("configuration") else None
     if config.HasField("task_push_notification_config"):
         raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
-    msg = wire.parse_message(wire.to_json(req.message)) if req.message.message_id else None
-    if msg is None:
-        raise invalid_params("message.messageId", "is required")
+    # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
+    msg = wire.parse_message(params["message"])
     if msg.role != a2a_pb2.ROLE_USER:
         raise invalid_params("message.role", "a client message must have role ROLE_USER")
     _check_output_modes(ctx, list(config.accepted_output_modes))
