@@ -88,9 +88,10 @@ async def _card(request: Request, route: Route) -> Response:
         ctx = await run_orm(
             lambda: build_ctx(
                 tenant=route.tenant,
-                headers={},  # the public card needs no credentials
+                headers={},
                 version=V1,
                 origin=_origin(request),
+                public=True,
             )
         )
     except ProtocolError as exc:

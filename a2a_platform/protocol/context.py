@@ -96,9 +96,18 @@ def authenticate(agent: Agent, headers: dict[str, str]) -> tuple[str, bool]:
     )
 
 
-def build_ctx(*, tenant: str | None, headers: dict[str, str], version: str, origin: str) -> Ctx:
-    """Runs in a worker thread (ORM)."""
+def build_ctx(
+    *,
+    tenant: str | None,
+    headers: dict[str, str],
+    version: str,
+    origin: str,
+    public: bool = False,
+) -> Ctx:
+    """Runs in a worker thread (ORM). `public`: the agent card, which needs no credentials."""
     agent = resolve_agent(tenant)
+    if public:
+        return Ctx(agent, ANONYMOUS, False, version, origin, at_root=tenant is None)
     principal, authenticated = authenticate(agent, headers)
     extensions = parse_extensions(headers.get("a2a-extensions") or headers.get("x-a2a-extensions"))
     missing = required_extensions(agent) - extensions

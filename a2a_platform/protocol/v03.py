@@ -1,23 +1,27 @@
 """v0.3 compatibility: legacy method names and shapes in, v0.3 shapes out.
 
 Requests are validated with the SDK's v0.3 models and translated to v1.0 with the SDK's
-conversions; the same v1.0 operations run; results are translated back (`kind`
-discriminators, kebab-case states, bare results). v0.3 has no ListTasks.
+conversions; the same v1.0 operations run; results are translated back. JSON-RPC speaks the
+v0.3 JSON types (`kind` discriminators, kebab-case states, bare results); HTTP+JSON speaks
+ProtoJSON of the v0.3 proto (`a2a.v1`: `content` parts, `TASK_STATE_*`, `{"task"|"message"}`
+wrapper), as the reference SDKs' v0.3 REST clients and servers do. v0.3 has no ListTasks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from a2a.compat.v0_3 import conversions
+from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb03
+from a2a.compat.v0_3 import conversions, proto_utils
 from a2a.compat.v0_3 import types as t03
 from a2a.types import a2a_pb2
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
 from google.protobuf import json_format
 from pydantic import ValidationError
 
 from a2a_platform.protocol import operations
 from a2a_platform.protocol.context import Ctx
-from a2a_platform.protocol.errors import METHOD_NOT_FOUND, ProtocolError, invalid_params
+from a2a_platform.protocol.errors import DOMAIN, METHOD_NOT_FOUND, ProtocolError, invalid_params
 
 METHODS = {
     "message/send": "SendMessage",
@@ -73,30 +77,79 @@ def _to_v1_params(op: str, params: dict[str, Any], rest: bool) -> dict[str, Any]
     return json_format.MessageToDict(core)
 
 
-def _task_v03(task: dict[str, Any]) -> dict[str, Any]:
+def _rest_send_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A v0.3 HTTP+JSON SendMessage body (ProtoJSON of the v0.3 `SendMessageRequest`:
+    `message` or `request`, parts under `content`) as JSON-RPC `MessageSendParams`."""
+    body = {k: v for k, v in params.items() if k != "tenant"}
+    try:
+        proto = json_format.ParseDict(body, pb03.SendMessageRequest(), ignore_unknown_fields=True)
+        legacy = proto_utils.FromProto.message_send_params(proto)
+    except json_format.ParseError as exc:
+        raise invalid_params("body", str(exc).splitlines()[0][:300]) from None
+    except (ValueError, TypeError) as exc:
+        raise invalid_params("body", f"invalid value: {exc}"[:300]) from None
+    return _dump(legacy)
+
+
+def _task_v03(task: dict[str, Any]) -> t03.Task:
     proto = json_format.ParseDict(task, a2a_pb2.Task())
-    return _dump(conversions.to_compat_task(proto))
+    return conversions.to_compat_task(proto)
 
 
-def _message_v03(message: dict[str, Any]) -> dict[str, Any]:
+def _message_v03(message: dict[str, Any]) -> t03.Message:
     proto = json_format.ParseDict(message, a2a_pb2.Message())
-    return _dump(conversions.to_compat_message(proto))
+    return conversions.to_compat_message(proto)
+
+
+def _rest_json(proto: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(proto)
+
+
+def _rest_send_params(body: dict[str, Any]) -> dict[str, Any]:
+    """The v0.3 REST binding speaks the v0.3 gRPC messages as JSON (`{"message": ...}`)."""
+    try:
+        req = json_format.ParseDict(body, pb03.SendMessageRequest(), ignore_unknown_fields=True)
+        return _dump(proto_utils.FromProto.message_send_params(req))
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        raise invalid_params("message", str(exc).splitlines()[0][:300]) from None
+
+
+def _rest_result(op: str, result: dict[str, Any]) -> dict[str, Any]:
+    if op == "SendMessage" and result.get("kind") == "message":
+        proto = proto_utils.ToProto.message(t03.Message.model_validate(result))
+        return {"message": json_format.MessageToDict(proto)}
+    task = json_format.MessageToDict(proto_utils.ToProto.task(t03.Task.model_validate(result)))
+    return {"task": task} if op == "SendMessage" else task
 
 
 async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False) -> Any:
+    if rest and op in ("SendMessage", "GetTask", "CancelTask"):
+        if op == "SendMessage":
+            params = _rest_send_params(params)
+        return _rest_result(op, await call(ctx, op, params))
     if op == "ListTasks":
         raise ProtocolError(METHOD_NOT_FOUND, "v0.3 has no ListTasks; use A2A-Version 1.0")
     handler = operations.OPERATIONS[op]
     if op in _REQUEST_MODELS:
+        if rest and op in ("SendMessage", "SendStreamingMessage"):
+            params = _rest_send_params(params)
         result = await handler(ctx, _to_v1_params(op, params, rest))
     elif op == "GetExtendedAgentCard":
-        return card(await handler(ctx, {}))
+        card_v1 = await handler(ctx, {})
+        if rest:
+            legacy_card = conversions.to_compat_agent_card(
+                json_format.ParseDict(card_v1, a2a_pb2.AgentCard())
+            )
+            return _rest_json(proto_utils.ToProto.agent_card(legacy_card))
+        return card(card_v1)
     else:
         # Streaming and push-config operations answer their v1.0 refusals for now.
         result = await handler(ctx, params)
     if op == "SendMessage":
-        return _task_v03(result["task"]) if "task" in result else _message_v03(result["message"])
-    return _task_v03(result)
+        legacy = _task_v03(result["task"]) if "task" in result else _message_v03(result["message"])
+        return _rest_json(proto_utils.ToProto.task_or_message(legacy)) if rest else _dump(legacy)
+    task = _task_v03(result)
+    return _rest_json(proto_utils.ToProto.task(task)) if rest else _dump(task)
 
 
 def card(card_v1: dict[str, Any]) -> dict[str, Any]:
@@ -114,9 +167,17 @@ def jsonrpc_error(error: ProtocolError) -> dict[str, Any]:
     return {"code": error.kind.jsonrpc_code, "message": error.message, "data": data}
 
 
+# The SDK error class a v0.3 REST error body names in `type` (a2a-sdk's v0.3 REST client
+# raises that class; without it every error is a bare A2AClientError, a 404 a MethodNotFound).
+_ERROR_TYPE = {code: cls.__name__ for cls, code in JSON_RPC_ERROR_CODE_MAP.items()}
+
+
 def rest_error(error: ProtocolError) -> dict[str, Any]:
-    return {
+    body = {
         "code": error.kind.jsonrpc_code,
         "message": error.message,
         "data": jsonrpc_error(error)["data"],
     }
+    if error.kind.domain == DOMAIN and error.kind.jsonrpc_code in _ERROR_TYPE:
+        body["type"] = _ERROR_TYPE[error.kind.jsonrpc_code]
+    return body

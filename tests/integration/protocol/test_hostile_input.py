@@ -113,7 +113,8 @@ def test_invalid_messages_are_invalid_params_and_change_nothing(
     error = _rpc_error(wire.rpc("SendMessage", _send_params(**overrides)))
     assert error["code"] == -32602, error
     violations = [d for d in error["data"] if "fieldViolations" in d]
-    assert violations and violations[0]["fieldViolations"][0]["field"].startswith(field)
+    assert violations
+    assert violations[0]["fieldViolations"][0]["field"].startswith(field)
     assert _counts() == before
 
 
