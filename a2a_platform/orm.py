@@ -1,27 +1,70 @@
-"""Short ORM calls from async code that give their database connection back at once."""
+"""Short ORM calls from async code, on a small fixed set of threads.
+
+Each of the `A2A_ORM_THREADS` threads keeps the one pooled connection it checked out, so a
+call costs a thread hop and the queries, not a pool checkout; the number of database
+connections a web process uses is bounded by the thread count however many requests wait on
+the event hub (waiters hold no connection). A call that fails closes its thread's connection,
+so the next call starts from a clean one.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 
 T = TypeVar("T")
 
+_executor: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
 
-def _returning_connection(fn: Callable[[], T]) -> Callable[[], T]:
-    def call() -> T:
-        try:
-            return fn()
-        finally:
-            # With Django's pool this returns the connection to the pool; the executor thread
-            # keeps nothing between calls, so an idle waiter holds no connection.
-            connections.close_all()
 
-    return call
+def _get_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        with _lock:
+            if _executor is None:
+                _executor = ThreadPoolExecutor(
+                    max_workers=settings.A2A_ORM_THREADS, thread_name_prefix="orm"
+                )
+    return _executor
+
+
+def _call(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except BaseException:
+        # A failed query may leave the connection in an aborted transaction.
+        connections.close_all()
+        raise
 
 
 async def run_orm(fn: Callable[[], T]) -> T:
-    return await sync_to_async(_returning_connection(fn), thread_sensitive=False)()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_get_executor(), _call, fn)
+
+
+def shutdown() -> None:
+    """Close the threads' connections (process shutdown)."""
+    global _executor
+    if _executor is not None:
+        # One close per thread: the barrier keeps a thread from taking two of the jobs.
+        threads = settings.A2A_ORM_THREADS
+        barrier = threading.Barrier(threads, timeout=5)
+
+        def close() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+            connections.close_all()
+
+        futures = [_executor.submit(close) for _ in range(threads)]
+        for f in futures:
+            f.result(timeout=10)
+        _executor.shutdown(wait=False)
+        _executor = None

@@ -107,10 +107,11 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db["ENGINE"] = "django.db.backends.postgresql"
     if env.bool("A2A_DB_POOL", default=True):
-        # Django's psycopg pool: short ORM calls borrow a connection and give it back.
+        # Django's psycopg pool caps the connections of a process (web: the ORM threads of
+        # a2a_platform/orm.py plus Django's own request threads; worker: its pool threads).
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("A2A_DB_POOL_MIN", default=1),
-            "max_size": env.int("A2A_DB_POOL_MAX", default=10),
+            "max_size": env.int("A2A_DB_POOL_MAX", default=20),
             "timeout": env.int("A2A_DB_POOL_TIMEOUT", default=10),
         }
         _db["CONN_MAX_AGE"] = 0
@@ -191,6 +192,16 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+# Threads (each holding one pooled connection) that serve the protocol app's ORM calls.
+A2A_ORM_THREADS = env.int("A2A_ORM_THREADS", default=8)
+# Per-process caches on the protocol hot path (0 disables). An agent edit or a key revocation
+# takes effect within these many seconds.
+A2A_AGENT_CACHE_SECONDS = env.float(
+    "A2A_AGENT_CACHE_SECONDS", default=0 if PROFILE == "test" else 2
+)
+A2A_API_KEY_CACHE_SECONDS = env.float(
+    "A2A_API_KEY_CACHE_SECONDS", default=0 if PROFILE == "test" else 5
+)
 # Blocking SendMessage returns the task as it is after this many seconds at most.
 A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = env.float("A2A_SEND_MESSAGE_MAX_WAIT_SECONDS", default=30)
 # Request bodies above this are refused from Content-Length, before reading.

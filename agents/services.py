@@ -50,7 +50,9 @@ def agent_create(
         **fields,
     )
     try:
-        agent.full_clean()
+        # The single-default constraint is checked by the database after the old default is
+        # demoted below; validated here it would refuse every `is_default` while one exists.
+        agent.full_clean(validate_constraints=not is_default)
     except ValidationError as exc:
         problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
         raise AgentError(problems) from None

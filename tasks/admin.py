@@ -15,6 +15,11 @@ class ReadOnlyInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def get_readonly_fields(self, request, obj=None):
+        # Every shown field is read-only; without this the inline's form is built with the
+        # non-editable `created_at` and the task page fails with a FieldError.
+        return self.fields
+
 
 class TaskEventInline(ReadOnlyInline):
     model = TaskEvent

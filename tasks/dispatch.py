@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -19,11 +18,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from a2a_platform.side_effects import enqueue_on_commit
-from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch
-from tasks.states import TERMINAL_STATES, TaskState
-
-if TYPE_CHECKING:
-    from tasks.models import Task
+from tasks.models import (
+    ACTIVE_DISPATCH_STATES,
+    DispatchState,
+    EventKind,
+    ExecutorDispatch,
+    Task,
+    TaskEvent,
+)
+from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +102,10 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> Claim | None:
     A duplicate broker message finds the dispatch claimed (or locked) and does nothing.
     """
     with transaction.atomic():
+        # Lock (and skip) only the dispatch row: a task row busy with a lifecycle write is no
+        # reason to drop this job and leave the dispatch to the sweeper.
         dispatch = (
-            ExecutorDispatch.objects.select_for_update(skip_locked=True)
+            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("task")
             .filter(pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=timezone.now())
             .first()
@@ -157,23 +162,69 @@ def dispatch_finish(
     run_again_after: float | None = None,
 ) -> bool:
     """Release a claim: done, or pending again after `run_again_after` seconds (an ETA kept
-    in the database, so a lost countdown message is caught by the sweeper)."""
+    in the database, so a lost countdown message is caught by the sweeper).
+
+    A client message that arrived while the claim was held (the task asked for input and the
+    client answered before this release) found the dispatch still active and opened none:
+    the dispatch then stays pending, due now, so the answer is run.
+    """
     with transaction.atomic():
-        dispatch = _held(dispatch_id, worker).select_related("task", "task__agent").first()
+        task_id = (
+            ExecutorDispatch.objects.filter(pk=dispatch_id)
+            .values_list("task_id", flat=True)
+            .first()
+        )
+        # The lifecycle services' lock order, task then dispatch: a racing client message has
+        # either committed (and is seen below) or waits and then opens a dispatch itself.
+        task = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .filter(pk=task_id)
+            .first()
+        )
+        dispatch = _held(dispatch_id, worker).first() if task is not None else None
         if dispatch is None:
             return False
+        dispatch.task = task
         if progress is not None:
             dispatch.progress = progress
         dispatch.lease_expires_at = None
-        if run_again_after is not None and dispatch.task.task_state not in TERMINAL_STATES:
+        if run_again_after is not None and task.task_state not in TERMINAL_STATES:
             dispatch.state = DispatchState.PENDING
             dispatch.not_before = timezone.now() + timedelta(seconds=run_again_after)
             dispatch.enqueues = 0
             _announce(dispatch, countdown=run_again_after)
+        elif _client_input_pending(task):
+            dispatch.state = DispatchState.PENDING
+            dispatch.not_before = timezone.now()
+            dispatch.enqueues = 0
+            _announce(dispatch)
+            logger.info(
+                "client input arrived during the run; dispatch pending again",
+                extra={"task_id": str(task.pk), "dispatch_id": dispatch.pk},
+            )
         else:
             dispatch.state = DispatchState.DONE
         dispatch.save()
     return True
+
+
+def _client_input_pending(task: Task) -> bool:
+    """The task waits for input, yet a client message came after its latest status change."""
+    if task.task_state not in INTERRUPTED_STATES:
+        return False
+    last_status = (
+        TaskEvent.objects.filter(task=task, kind=EventKind.STATUS)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return TaskEvent.objects.filter(
+        task=task,
+        kind=EventKind.MESSAGE,
+        seq__gt=last_status or 0,
+        payload__message__role="ROLE_USER",
+    ).exists()
 
 
 @dataclass(frozen=True)

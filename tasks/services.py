@@ -32,9 +32,13 @@ MessageInput = a2a_pb2.Message | dict[str, Any]
 
 
 def lock_task(task_id: object) -> Task:
-    """The task row, locked FOR UPDATE until the surrounding transaction ends."""
+    """The task row, locked FOR UPDATE until the surrounding transaction ends.
+
+    Only the task row: without `of`, FOR UPDATE also locks the select_related agent row and
+    every write to any task of that agent would wait for the others.
+    """
     try:
-        return Task.objects.select_for_update().select_related("agent").get(pk=task_id)
+        return Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
     except (Task.DoesNotExist, ValueError, TypeError):
         raise TaskNotFound(task_id) from None
     except Exception as exc:  # malformed UUID strings surface as ValidationError

@@ -50,3 +50,14 @@ def _empty_broker():
         import redis
 
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_orm_threads(django_db_setup, django_db_blocker):
+    """The protocol app's ORM threads keep their connections; close them before the test
+    database is dropped."""
+    yield
+    from a2a_platform import orm
+
+    with django_db_blocker.unblock():
+        orm.shutdown()

@@ -40,3 +40,5 @@ def procs(tmp_path):
     yield holder
     for p in reversed(holder.started):
         p.stop()
+        # Captured by pytest: shown only when the test failed.
+        print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201

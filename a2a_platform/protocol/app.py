@@ -20,7 +20,14 @@ from starlette.responses import Response
 from a2a_platform.orm import run_orm
 from a2a_platform.protocol import operations, v03
 from a2a_platform.protocol.body import parse_json, read_body
-from a2a_platform.protocol.context import V03, V1, Ctx, build_ctx, negotiate_version
+from a2a_platform.protocol.context import (
+    V03,
+    V1,
+    CacheMiss,
+    Ctx,
+    build_ctx,
+    negotiate_version,
+)
 from a2a_platform.protocol.errors import (
     INTERNAL,
     INVALID_REQUEST,
@@ -30,6 +37,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from a2a_platform.protocol.routes import Route, resolve
+from a2a_platform.ttl_cache import TTLCache
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +63,13 @@ def _origin(request: Request) -> str:
     return f"{request.url.scheme}://{request.headers.get('host') or request.url.netloc}"
 
 
-async def _ctx(request: Request, tenant: str | None, version: str) -> Ctx:
+async def _ctx(request: Request, tenant: str | None, version: str, *, public: bool = False) -> Ctx:
     headers = {k.lower(): v for k, v in request.headers.items()}
-    origin = _origin(request)
-    return await run_orm(
-        lambda: build_ctx(tenant=tenant, headers=headers, version=version, origin=origin)
-    )
+    kw = {"tenant": tenant, "headers": headers, "version": version, "origin": _origin(request)}
+    try:
+        return build_ctx(**kw, public=public, cache_only=True)
+    except CacheMiss:
+        return await run_orm(lambda: build_ctx(**kw, public=public))
 
 
 def _requested_version(request: Request) -> str | None:
@@ -85,21 +94,16 @@ async def handle(route: Route, scope, receive, send) -> None:
 
 async def _card(request: Request, route: Route) -> Response:
     try:
-        ctx = await run_orm(
-            lambda: build_ctx(
-                tenant=route.tenant,
-                headers={},
-                version=V1,
-                origin=_origin(request),
-                public=True,
-            )
-        )
+        ctx = await _ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return _rest_error(exc)
-    # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win).
-    card = v03.card(operations.public_card(ctx))
-    body = _dumps(card)
-    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root)
+    cached = _cards.get(cache_key)
+    if cached is None:
+        # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win).
+        body = _dumps(v03.card(operations.public_card(ctx)))
+        cached = _cards.put(cache_key, (body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'))
+    body, etag = cached
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)
@@ -107,6 +111,11 @@ async def _card(request: Request, route: Route) -> Response:
 
 
 # --- JSON-RPC ------------------------------------------------------------------------------
+
+
+# Rendered cards by (agent, its last edit, origin, root): rendering goes through protobuf and
+# the v0.3 models, far costlier than serving bytes. Keyed on the edit time, so never stale.
+_cards: TTLCache[tuple[bytes, str]] = TTLCache(lambda: 300)
 
 
 def _rpc_response(id_: Any, *, result: Any = None, error: ProtocolError | None = None) -> dict:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
+
+from django.conf import settings
 
 from a2a_platform.protocol.errors import (
     EXTENSION_SUPPORT_REQUIRED,
@@ -12,6 +15,7 @@ from a2a_platform.protocol.errors import (
     Kind,
     ProtocolError,
 )
+from a2a_platform.ttl_cache import TTLCache
 from agents.card import API_KEY_HEADER, declared_extensions, required_extensions
 from agents.models import Agent, ApiKeyKind, AuthMode
 from agents.selectors import agent_by_slug, default_agent
@@ -62,8 +66,22 @@ def parse_extensions(header: str | None) -> set[str]:
     return {uri.strip() for uri in header.split(",") if uri.strip()}
 
 
-def resolve_agent(tenant: str | None) -> Agent:
-    agent = default_agent() if tenant is None else agent_by_slug(tenant)
+_agents: TTLCache[Agent] = TTLCache(lambda: settings.A2A_AGENT_CACHE_SECONDS)
+_keys: TTLCache[tuple[int, str]] = TTLCache(lambda: settings.A2A_API_KEY_CACHE_SECONDS)
+
+
+class CacheMiss(Exception):
+    """build_ctx(cache_only=True) needs the database."""
+
+
+def resolve_agent(tenant: str | None, *, cache_only: bool = False) -> Agent:
+    agent = _agents.get(tenant)
+    if agent is None and cache_only:
+        raise CacheMiss
+    if agent is None:
+        agent = default_agent() if tenant is None else agent_by_slug(tenant)
+        if agent is not None:
+            _agents.put(tenant, agent)
     if agent is None:
         what = "no default agent is configured" if tenant is None else f"no agent {tenant!r}"
         raise ProtocolError(AGENT_NOT_FOUND, what)
@@ -80,14 +98,23 @@ def _token(authorization: str | None, api_key: str | None) -> str | None:
     return None
 
 
-def authenticate(agent: Agent, headers: dict[str, str]) -> tuple[str, bool]:
+def authenticate(
+    agent: Agent, headers: dict[str, str], *, cache_only: bool = False
+) -> tuple[str, bool]:
     """(principal, authenticated). A presented but invalid key is refused, never downgraded."""
     token = _token(headers.get("authorization"), headers.get(API_KEY_HEADER.lower()))
     if token is not None:
-        key = api_key_authenticate(token, kind=ApiKeyKind.CLIENT)
-        if key is None or key.agent_id != agent.pk:
+        digest = hashlib.sha256(token.encode()).digest()
+        cached = _keys.get(digest)
+        if cached is None and cache_only:
+            raise CacheMiss
+        if cached is None:
+            key = api_key_authenticate(token, kind=ApiKeyKind.CLIENT)
+            if key is not None:
+                cached = _keys.put(digest, (key.agent_id, key.principal))
+        if cached is None or cached[0] != agent.pk:
             raise ProtocolError(UNAUTHENTICATED, "invalid or revoked API key for this agent")
-        return key.principal, True
+        return cached[1], True
     if agent.auth_mode == AuthMode.PUBLIC:
         return ANONYMOUS, False
     raise ProtocolError(
@@ -103,12 +130,14 @@ def build_ctx(
     version: str,
     origin: str,
     public: bool = False,
+    cache_only: bool = False,
 ) -> Ctx:
-    """Runs in a worker thread (ORM). `public`: the agent card, which needs no credentials."""
-    agent = resolve_agent(tenant)
+    """Runs in an ORM thread, or in the event loop with `cache_only` (raises CacheMiss when
+    the database is needed). `public`: the agent card, which needs no credentials."""
+    agent = resolve_agent(tenant, cache_only=cache_only)
     if public:
         return Ctx(agent, ANONYMOUS, False, version, origin, at_root=tenant is None)
-    principal, authenticated = authenticate(agent, headers)
+    principal, authenticated = authenticate(agent, headers, cache_only=cache_only)
     extensions = parse_extensions(headers.get("a2a-extensions") or headers.get("x-a2a-extensions"))
     missing = required_extensions(agent) - extensions
     if missing:

@@ -36,7 +36,7 @@ from a2a_platform.protocol.errors import (
 from agents.card import render_card
 from tasks import services, wire
 from tasks.event_hub import get_hub
-from tasks.models import Task
+from tasks.models import EventKind, Task, TaskEvent
 from tasks.states import SETTLED_STATES, TaskState
 
 Params = dict[str, Any]
@@ -173,7 +173,13 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
     result = await orm(write)
     task_id = result.task.pk
     if not config.return_immediately:
-        await wait_until_settled(task_id, settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS)
+        # A follow-up to an interrupted task finds it INPUT_REQUIRED: that is not the answer.
+        follow_up = not result.created and not result.replayed
+        await wait_until_settled(
+            task_id,
+            settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS,
+            after_seq=result.task.last_seq if follow_up else None,
+        )
 
     def render():
         task = Task.objects.get(pk=task_id)
@@ -184,17 +190,29 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
     return await orm(render)
 
 
-async def wait_until_settled(task_id: object, max_wait: float) -> None:
-    """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes."""
+async def wait_until_settled(
+    task_id: object, max_wait: float, *, after_seq: int | None = None
+) -> None:
+    """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes.
+
+    With `after_seq` only a status reached after that event counts (a message continuing an
+    interrupted task is answered by the state the agent reaches next, not the one it found).
+    """
     deadline = time.monotonic() + max_wait
     hub = get_hub()
 
     def state_and_seq():
-        return Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
+        row = Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
+        if row is None or after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
+            return row, True
+        moved = TaskEvent.objects.filter(
+            task_id=task_id, kind=EventKind.STATUS, seq__gt=after_seq
+        ).exists()
+        return row, moved
 
     while True:
-        row = await run_orm(state_and_seq)
-        if row is None or TaskState(row[0]) in SETTLED_STATES:
+        row, moved = await run_orm(state_and_seq)
+        if row is None or (moved and TaskState(row[0]) in SETTLED_STATES):
             return
         remaining = deadline - time.monotonic()
         if remaining <= 0:

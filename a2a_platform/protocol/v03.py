@@ -9,6 +9,7 @@ wrapper), as the reference SDKs' v0.3 REST clients and servers do. v0.3 has no L
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb03
@@ -153,11 +154,28 @@ async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False)
 
 
 def card(card_v1: dict[str, Any]) -> dict[str, Any]:
-    """The v1.0 card with the v0.3 top-level fields merged in (v1.0 keys win), so a v0.3
-    client finds `url`, `preferredTransport`, `protocolVersion` where it looks."""
+    """The v1.0 card with the v0.3 fields merged in (v1.0 values win), so a v0.3 client finds
+    `url`, `preferredTransport`, `protocolVersion` where it looks. Merged deeply, as a2a-sdk
+    does: a key both versions use with different shapes (`securitySchemes.<name>`) carries
+    both, so neither reader loses it."""
     proto = json_format.ParseDict(card_v1, a2a_pb2.AgentCard())
     legacy = _dump(conversions.to_compat_agent_card(proto))
-    return {**legacy, **card_v1}
+    return _fill(copy.deepcopy(card_v1), legacy)
+
+
+def _fill(target: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Add the keys of `extra` missing from `target`, recursing into objects and into the
+    objects of lists at the same index."""
+    for key, value in extra.items():
+        if key not in target:
+            target[key] = value
+        elif isinstance(value, dict) and isinstance(target[key], dict):
+            _fill(target[key], value)
+        elif isinstance(value, list) and isinstance(target[key], list):
+            for mine, theirs in zip(target[key], value, strict=False):
+                if isinstance(mine, dict) and isinstance(theirs, dict):
+                    _fill(mine, theirs)
+    return target
 
 
 def jsonrpc_error(error: ProtocolError) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.models import Executor
 from tasks import selectors, services, wire
 from tasks.api.auth import WorkerTokenAuthentication
 from tasks.api.serializers import (
@@ -17,6 +18,7 @@ from tasks.api.serializers import (
     FinishSerializer,
     MessageSerializer,
     TransitionSerializer,
+    check_storable,
 )
 from tasks.dispatch import dispatch_claim_next, dispatch_finish, dispatch_renew
 from tasks.errors import InvalidPayload, TaskNotFound
@@ -42,6 +44,7 @@ class WorkerView(APIView):
     def parsed(self, serializer_class):
         serializer = serializer_class(data=self.request.data)
         serializer.is_valid(raise_exception=True)
+        check_storable(serializer.validated_data)
         return serializer.validated_data
 
 
@@ -58,6 +61,20 @@ class TaskListView(WorkerView):
 
 class ClaimView(WorkerView):
     def post(self, request):
+        agent = request.user.agent
+        if agent.executor != Executor.EXTERNAL:
+            # Celery runs this agent's dispatches; a claim here would race the executor job.
+            return Response(
+                {
+                    "error": {
+                        "code": "not_external",
+                        "message": f"agent {agent.slug} runs the built-in {agent.executor} "
+                        "executor; only agents with executor=external are worked through "
+                        "this API",
+                    }
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         claim = dispatch_claim_next(agent_id=request.user.agent.pk, worker=request.user.claimant)
         if claim is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -101,9 +118,17 @@ class TransitionView(WorkerView):
     def post(self, request, task_id):
         task = self.agent_task(task_id)
         data = self.parsed(TransitionSerializer)
-        task = services.task_transition(
-            task_id=task.pk, to_state=data["state"], message=data.get("message")
-        )
+        try:
+            task = services.task_transition(
+                task_id=task.pk, to_state=data["state"], message=data.get("message")
+            )
+        except InvalidPayload as exc:
+            # The service names the status message as it appears in the event; the caller
+            # sent it as `message`.
+            if exc.field.startswith("status.message"):
+                field = "message" + exc.field.removeprefix("status.message")
+                raise InvalidPayload(field, exc.description) from None
+            raise
         return Response(wire.task_json(task))
 
 

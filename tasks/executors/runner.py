@@ -64,14 +64,14 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     try:
         with _LeaseKeeper(dispatch_id, worker):
             outcome = executor(ctx)
-    except (TaskTerminal, IllegalTransition) as exc:
-        # Canceled (or otherwise finished) under our feet: a normal stop, not an error.
-        if getattr(exc, "terminal", True):
+    except Exception as exc:
+        if isinstance(exc, TaskTerminal | IllegalTransition) and getattr(exc, "terminal", True):
+            # Canceled (or otherwise finished) under our feet: a normal stop, not an error.
             logger.info("task finished while the executor ran; stopping", extra=extra)
             dispatch_finish(dispatch_id=dispatch_id, worker=worker, progress=ctx.progress)
             return "stopped"
-        raise
-    except Exception:
+        # Anything else, an illegal move included, is an executor bug: fail the task now
+        # rather than leave the claim to lapse and the sweeper to retry the same bug.
         logger.exception("executor crashed; failing the task", extra=extra)
         from tasks.services import task_transition
 

@@ -7,7 +7,9 @@ message is answered like `echo` and completes. Documented for clients in docs/ex
     chunks N    stream one artifact in N chunks (append, lastChunk on the last)
     ask         move to INPUT_REQUIRED; the next client message continues the script
     auth        move to AUTH_REQUIRED; the next client message continues the script
-    fail        end FAILED          reject   end REJECTED
+    fail        end FAILED
+    reject      end REJECTED; as the first step only (a working task cannot be rejected,
+                so a later `reject` fails the task as an executor error)
     message     answer with a direct Message (no task result)
 
 After the last step the task completes with an artifact echoing the latest client message.
@@ -63,7 +65,10 @@ def run(ctx: ExecutorContext) -> RunAgain | None:
     steps = parse_script(first_text) or []
     pc = int(ctx.progress.get("pc", 0))
     task = ctx.task()
-    if task.state != TaskState.WORKING:
+    # REJECTED is reachable only from SUBMITTED (state_machine.TRANSITIONS): a leading
+    # `reject` declines the task without starting work on it.
+    rejecting = task.state == TaskState.SUBMITTED and steps[pc : pc + 1] == [Step("reject")]
+    if task.state != TaskState.WORKING and not rejecting:
         # Starting, or resuming after input/auth (the next client message continues).
         ctx.working()
 

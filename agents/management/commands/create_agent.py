@@ -13,7 +13,8 @@ class Command(BaseCommand):
         parser.add_argument("--description", required=True)
         parser.add_argument("--executor", choices=Executor.values, default=Executor.ECHO)
         parser.add_argument("--auth", choices=AuthMode.values, default=AuthMode.PUBLIC)
-        parser.add_argument("--version", dest="agent_version", default="1.0.0")
+        # Not --version: BaseCommand owns that flag (it prints Django's version).
+        parser.add_argument("--agent-version", dest="agent_version", default="1.0.0")
         parser.add_argument("--default", action="store_true", help="also serve at the root")
 
     def handle(self, *args, **opts):

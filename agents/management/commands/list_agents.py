@@ -8,9 +8,10 @@ class Command(BaseCommand):
     help = "List agents with their executor, auth mode and key counts."
 
     def handle(self, *args, **opts):
+        # Meta.ordering does not apply to GROUP BY queries: order explicitly.
         agents = Agent.objects.annotate(
             live_keys=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True))
-        )
+        ).order_by("slug")
         rows = [("slug", "name", "executor", "auth", "default", "enabled", "keys")]
         for a in agents:
             rows.append(

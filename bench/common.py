@@ -1,0 +1,184 @@
+"""Shared bench helpers: a fresh PostgreSQL database, platform processes, a load loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PG = os.environ.get("A2A_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+BROKER = os.environ.get("A2A_BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
+
+
+def fresh_database(name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{PG}/{name}"
+    env = platform_env(url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    return url
+
+
+def platform_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "CELERY_BROKER_URL": BROKER,
+            "A2A_PROFILE": "test",
+            "LOG_LEVEL": "WARNING",
+            "A2A_AGENT_CACHE_SECONDS": "2",
+            "A2A_API_KEY_CACHE_SECONDS": "5",
+            **extra,
+        }
+    )
+    return env
+
+
+def manage(database_url: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=platform_env(database_url),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def web(self, database_url: str, port: int, workers: int = 1) -> None:
+        self.start(
+            [
+                str(BIN / "uvicorn"),
+                "a2a_platform.asgi:application",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            platform_env(database_url),
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("web did not start")
+
+    def worker(self, database_url: str, concurrency: int = 2) -> None:
+        self.start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "a2a_platform",
+                "worker",
+                "-Q",
+                "agents",
+                "-c",
+                str(concurrency),
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "WARNING",
+            ],
+            platform_env(database_url),
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def purge_broker() -> None:
+    import redis
+
+    redis.Redis.from_url(BROKER).flushdb()
+
+
+async def load(
+    call: Callable[[httpx.AsyncClient, int], Awaitable[httpx.Response]],
+    *,
+    concurrency: int,
+    duration: float,
+    base_url: str,
+) -> dict:
+    latencies: list[float] = []
+    errors = 0
+    counter = 0
+    stop_at = time.monotonic() + duration
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as client:
+
+        async def one_user() -> None:
+            nonlocal errors, counter
+            while time.monotonic() < stop_at:
+                counter += 1
+                started = time.perf_counter()
+                try:
+                    resp = await call(client, counter)
+                    ok = resp.status_code in (200, 304)
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append(time.perf_counter() - started)
+                errors += not ok
+
+        started = time.monotonic()
+        await asyncio.gather(*(one_user() for _ in range(concurrency)))
+        elapsed = time.monotonic() - started
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "rps": len(latencies) / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000 if latencies else 0,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000 if latencies else 0,
+    }
+
+
+def row(name: str, concurrency: int, r: dict) -> str:
+    return (
+        f"{name:<34} c={concurrency:<3} {r['rps']:>8.0f} req/s  p50 {r['p50_ms']:>7.1f} ms  "
+        f"p99 {r['p99_ms']:>7.1f} ms  ({r['requests']} requests, {r['errors']} errors)"
+    )

@@ -1,0 +1,167 @@
+"""Protocol throughput and latency (figures, never assertions).
+
+Starts a fresh PostgreSQL database, one uvicorn web process and a Celery worker (echo agent),
+then drives load from a separate process on loopback with `wrk` (Debian package `wrk`):
+
+    .venv/bin/python bench/protocol_bench.py [--duration 10] [--web-workers 1]
+
+Reports req/s and p50/p99 for the agent card, GetTask, blocking SendMessage (the echo
+executor completes the task on the worker) and SendMessage with returnImmediately, at
+concurrency 16 and 64. Both client and server share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Procs, fresh_database, manage, purge_broker  # noqa: E402
+
+PORT = 8765
+HERE = Path(__file__).resolve().parent
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def _ms(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s|m)", text)
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
+
+
+def wrk(
+    url: str,
+    concurrency: int,
+    duration: float,
+    *,
+    script: str | None = None,
+    headers: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
+    cmd = ["wrk", "-t2", f"-c{concurrency}", f"-d{duration:.0f}s", "--latency", "--timeout", "60s"]
+    for k, v in (headers or {}).items():
+        cmd += ["-H", f"{k}: {v}"]
+    if script:
+        cmd += ["-s", script]
+    out = subprocess.run(
+        cmd + [url], capture_output=True, text=True, env={**os.environ, **(env or {})}, check=True
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))
+    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = int(bad.group(1)) if bad else 0
+    sock = re.search(r"Socket errors: (.*)", out)
+    return {
+        "rps": rps,
+        "p50": p50,
+        "p99": p99,
+        "requests": total,
+        "errors": errors,
+        "socket": sock.group(1) if sock else "",
+    }
+
+
+def show(name: str, concurrency: int, r: dict) -> None:
+    print(
+        f"{name:<32} c={concurrency:<3} {r['rps']:>8.0f} req/s  p50 {r['p50']:>8.1f} ms  "
+        f"p99 {r['p99']:>8.1f} ms  ({r['requests']} requests, {r['errors']} non-2xx"
+        f"{', socket errors ' + r['socket'] if r['socket'] else ''})",
+        flush=True,
+    )
+
+
+def drain_queue(db: str, timeout: float = 120) -> None:
+    """Wait until the worker has finished every task, so runs do not disturb each other."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(db, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            left = conn.execute(
+                "SELECT count(*) FROM tasks_executordispatch WHERE state IN ('pending','claimed')"
+            ).fetchone()[0]
+            if not left:
+                return
+            time.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--web-workers", type=int, default=1)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is needed: apt-get install wrk")
+
+    db = fresh_database("a2a_bench")
+    manage(
+        db,
+        "create_agent",
+        "bench",
+        "--name",
+        "Bench",
+        "--description",
+        "bench",
+        "--executor",
+        "echo",
+        "--default",
+    )
+    token = manage(db, "create_api_key", "bench", "--name", "bench").splitlines()[-1]
+    auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+    purge_broker()
+    procs = Procs()
+    try:
+        procs.web(db, PORT, workers=args.web_workers)
+        procs.worker(db, concurrency=2)
+        base = f"http://127.0.0.1:{PORT}"
+        print(
+            f"# protocol bench: {os.cpu_count()} cores shared by wrk, web (x{args.web_workers})"
+            f", worker and PostgreSQL; {args.duration:.0f} s per run"
+        )
+        import httpx
+
+        seed = httpx.post(
+            f"{base}/message:send",
+            headers=auth,
+            json={"message": {"messageId": "seed", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+            timeout=30,
+        ).json()["task"]["id"]
+        script = str(HERE / "send_message.lua")
+        for c in (16, 64):
+            show("agent card", c, wrk(f"{base}/.well-known/agent-card.json", c, args.duration))
+        for c in (16, 64):
+            show("GetTask", c, wrk(f"{base}/tasks/{seed}", c, args.duration, headers=auth))
+        for c in (16, 64):
+            drain_queue(db)
+            r = wrk(
+                f"{base}/message:send",
+                c,
+                args.duration,
+                script=script,
+                env={"A2A_TOKEN": token, "A2A_BLOCKING": "1"},
+            )
+            show("SendMessage blocking (echo)", c, r)
+        for c in (16, 64):
+            drain_queue(db)
+            r = wrk(
+                f"{base}/message:send",
+                c,
+                args.duration,
+                script=script,
+                env={"A2A_TOKEN": token, "A2A_BLOCKING": "0"},
+            )
+            show("SendMessage returnImmediately", c, r)
+    finally:
+        procs.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The production profile refuses to start with insecure settings (a fresh interpreter each)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD_SECRET_KEY = "k" * 20 + "-production-secret-key-0123456789"
+# A Fernet key: 32 url-safe base64-encoded bytes.
+GOOD_FERNET_KEY = "x" * 43 + "="
+# The value settings.py falls back to; passed explicitly so a developer's .env cannot mask it.
+DEFAULT_SECRET_KEY = "dev-insecure-secret-key-change-me"
+# Variables these tests control; the rest of the environment is passed through.
+CONTROLLED = {"A2A_PROFILE", "DEBUG", "SECRET_KEY", "A2A_SECRETS_KEYS", "ALLOWED_HOSTS"}
+
+PROBLEM_DEBUG = "DEBUG is on"
+PROBLEM_SECRET = "SECRET_KEY is the default or shorter than 32 characters"
+PROBLEM_KEYS = "A2A_SECRETS_KEYS (encryption key for secrets at rest) is not set"
+
+
+def start(tmp_path: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "a2a_platform.settings",
+            "A2A_PROFILE": "production",
+            "DEBUG": "false",
+            "SECRET_KEY": GOOD_SECRET_KEY,
+            "A2A_SECRETS_KEYS": GOOD_FERNET_KEY,
+            "ALLOWED_HOSTS": "agents.example.com",
+            "A2A_VAR_DIR": str(tmp_path),
+            **overrides,
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_production_starts_with_good_settings(tmp_path):
+    result = start(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "refusing" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"DEBUG": "true"}, PROBLEM_DEBUG),
+        ({"DEBUG": "1"}, PROBLEM_DEBUG),
+        ({"SECRET_KEY": DEFAULT_SECRET_KEY}, PROBLEM_SECRET),
+        ({"SECRET_KEY": "short-but-not-the-default"}, PROBLEM_SECRET),
+        ({"A2A_SECRETS_KEYS": ""}, PROBLEM_KEYS),
+    ],
+    ids=["debug-true", "debug-1", "default-secret-key", "short-secret-key", "no-secrets-keys"],
+)
+def test_production_refuses_an_insecure_setting(tmp_path, overrides, problem):
+    result = start(tmp_path, **overrides)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "refusing to start in production" in result.stderr
+    assert problem in result.stderr
+    # Only the problem that is there is named.
+    others = {PROBLEM_DEBUG, PROBLEM_SECRET, PROBLEM_KEYS} - {problem}
+    assert not [p for p in others if p in result.stderr]
+
+
+def test_production_names_every_problem_at_once(tmp_path):
+    result = start(tmp_path, DEBUG="true", SECRET_KEY=DEFAULT_SECRET_KEY, A2A_SECRETS_KEYS="")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "django.core.exceptions.ImproperlyConfigured: refusing to start in production: "
+        f"{PROBLEM_DEBUG}; {PROBLEM_SECRET}; {PROBLEM_KEYS}"
+    )
+
+
+def test_development_profile_accepts_the_same_settings(tmp_path):
+    result = start(
+        tmp_path,
+        A2A_PROFILE="development",
+        DEBUG="true",
+        SECRET_KEY=DEFAULT_SECRET_KEY,
+        A2A_SECRETS_KEYS="",
+    )
+    assert result.returncode == 0, result.stderr
