@@ -39,7 +39,7 @@ def platform_env(database_url: str, **extra: str) -> dict[str, str]:
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": BROKER,
             "A2A_PROFILE": "test",
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": "INFO",
             "A2A_AGENT_CACHE_SECONDS": "2",
             "A2A_API_KEY_CACHE_SECONDS": "5",
             **extra,
@@ -65,19 +65,17 @@ class Procs:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log_dir = ROOT / "var" / "bench"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(log_dir / f"{Path(cmd[0]).name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.procs.append(proc)
         return proc
 
     def web(self, database_url: str, port: int, workers: int = 1) -> None:
-        self.start(
+        proc = self.start(
             [
                 str(BIN / "uvicorn"),
                 "a2a_platform.asgi:application",
@@ -93,6 +91,8 @@ class Procs:
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"web exited with {proc.returncode}; see var/bench/")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                     return
@@ -115,10 +115,17 @@ class Procs:
                 "--without-gossip",
                 "--without-mingle",
                 "-l",
-                "WARNING",
+                "INFO",
             ],
-            platform_env(database_url),
+            platform_env(database_url, LOG_LEVEL="INFO"),
         )
+        log = ROOT / "var" / "bench" / f"celery-{len(self.procs) - 1}.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if log.exists() and " ready." in log.read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("worker did not start; see var/bench/")
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -129,6 +136,14 @@ class Procs:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def purge_broker() -> None:

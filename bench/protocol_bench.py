@@ -23,9 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Procs, fresh_database, manage, purge_broker  # noqa: E402
+from common import Procs, free_port, fresh_database, manage, purge_broker  # noqa: E402
 
-PORT = 8765
 HERE = Path(__file__).resolve().parent
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
 
@@ -118,10 +117,11 @@ def main() -> None:
     auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
     purge_broker()
     procs = Procs()
+    port = free_port()
     try:
-        procs.web(db, PORT, workers=args.web_workers)
+        procs.web(db, port, workers=args.web_workers)
         procs.worker(db, concurrency=2)
-        base = f"http://127.0.0.1:{PORT}"
+        base = f"http://127.0.0.1:{port}"
         print(
             f"# protocol bench: {os.cpu_count()} cores shared by wrk, web (x{args.web_workers})"
             f", worker and PostgreSQL; {args.duration:.0f} s per run"
@@ -133,7 +133,10 @@ def main() -> None:
             headers=auth,
             json={"message": {"messageId": "seed", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
             timeout=30,
-        ).json()["task"]["id"]
+        ).json()
+        if "task" not in seed:
+            sys.exit(f"seeding failed: {seed}")
+        seed = seed["task"]["id"]
         script = str(HERE / "send_message.lua")
         for c in (16, 64):
             show("agent card", c, wrk(f"{base}/.well-known/agent-card.json", c, args.duration))
@@ -146,7 +149,7 @@ def main() -> None:
                 c,
                 args.duration,
                 script=script,
-                env={"A2A_TOKEN": token, "A2A_BLOCKING": "1"},
+                env={"A2A_TOKEN": token, "A2A_BLOCKING": "1", "A2A_RUN": f"b{c}"},
             )
             show("SendMessage blocking (echo)", c, r)
         for c in (16, 64):
@@ -156,7 +159,7 @@ def main() -> None:
                 c,
                 args.duration,
                 script=script,
-                env={"A2A_TOKEN": token, "A2A_BLOCKING": "0"},
+                env={"A2A_TOKEN": token, "A2A_BLOCKING": "0", "A2A_RUN": f"i{c}"},
             )
             show("SendMessage returnImmediately", c, r)
     finally:

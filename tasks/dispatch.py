@@ -64,6 +64,15 @@ def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispat
     return dispatch
 
 
+def dispatch_open_new(task: Task) -> ExecutorDispatch:
+    """Inside the transaction that created `task`: its first dispatch (nothing to look up)."""
+    dispatch = ExecutorDispatch(task=task, not_before=timezone.now(), progress={}, enqueues=1)
+    dispatch.save(force_insert=True)
+    if _uses_celery(task):
+        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
+    return dispatch
+
+
 def dispatch_close_active(task: Task) -> None:
     """Inside a lifecycle transaction: the task finished, nothing is left to run."""
     task.dispatches.filter(state__in=ACTIVE_DISPATCH_STATES).update(

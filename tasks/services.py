@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from tasks import wire
-from tasks.dispatch import dispatch_close_active, dispatch_open
+from tasks.dispatch import dispatch_close_active, dispatch_open, dispatch_open_new
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
 from tasks.models import Artifact, EventKind, Message, MessageReceipt, Task, TaskEvent
@@ -114,6 +114,40 @@ def _set_status(task: Task, to_state: TaskState, status_message: dict | None) ->
         dispatch_close_active(task)
 
 
+def _open_task(
+    *, agent: Any, owner: str, msg: a2a_pb2.Message, context_id: str | None, metadata: dict | None
+) -> tuple[Task, Message]:
+    """Inside a transaction: the rows of a new task, in as few statements as possible
+    (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
+    the executor dispatch. No NOTIFY: nobody can be waiting on a task id not yet returned."""
+    if msg.role != a2a_pb2.ROLE_USER:
+        raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
+    if msg.context_id and context_id and msg.context_id != context_id:
+        raise InvalidPayload("message.contextId", "does not match the request's contextId")
+    ctx = msg.context_id or context_id or str(uuid.uuid4())
+    task = Task(
+        agent=agent,
+        owner=owner,
+        context_id=ctx,
+        state=TaskState.SUBMITTED.value,
+        status_timestamp=next_status_timestamp(None, timezone.now()),
+        metadata=metadata or {},
+        last_seq=1,
+    )
+    task.save(force_insert=True)
+    first = _store_message(task, msg)
+    event = TaskEvent.objects.create(
+        task=task,
+        seq=1,
+        kind=EventKind.STATUS,
+        payload=wire.status_update_json(task),
+        created_at=timezone.now(),
+    )
+    run_event_hooks(task, event)
+    dispatch_open_new(task)
+    return task, first
+
+
 def task_create(
     *,
     agent: Any,
@@ -128,26 +162,10 @@ def task_create(
     executor dispatch. After commit: the executor job is enqueued (built-in executors).
     """
     msg = _as_message(message)
-    if msg.role != a2a_pb2.ROLE_USER:
-        raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
-    if msg.context_id and context_id and msg.context_id != context_id:
-        raise InvalidPayload("message.contextId", "does not match the request's contextId")
-    ctx = msg.context_id or context_id or str(uuid.uuid4())
-    if len(ctx) > 255:
-        raise InvalidPayload("message.contextId", "must be at most 255 characters")
     with transaction.atomic():
-        task = Task.objects.create(
-            agent=agent,
-            owner=owner,
-            context_id=ctx,
-            state=TaskState.SUBMITTED.value,
-            status_timestamp=next_status_timestamp(None, timezone.now()),
-            metadata=metadata or {},
+        task, _ = _open_task(
+            agent=agent, owner=owner, msg=msg, context_id=context_id, metadata=metadata
         )
-        _store_message(task, msg)
-        _append_event(task, EventKind.STATUS, wire.status_update_json(task))
-        task.save(update_fields=["last_seq"])
-        dispatch_open(task)
     logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
     return task
 
@@ -280,6 +298,7 @@ class SendResult:
     task: Task
     created: bool  # a new task was opened (else an existing one was continued)
     replayed: bool  # an idempotent retry: nothing was written
+    first_message: Message | None = None  # the new task's history, when created
 
 
 def _replay(agent: Any, owner: str, message_id: str, request_hash: str) -> SendResult | None:
@@ -308,17 +327,15 @@ def task_send(
     """SendMessage's write: open a task, or continue the one the message names.
 
     With `request_hash` (authenticated callers) the request is idempotent on
-    (agent, owner, messageId): a retry with the same hash returns the same task and writes
-    nothing; the same id with a different hash raises InvalidPayload. The receipt is written
-    in the same transaction as the task change.
+    (agent, owner, messageId): the receipt is written in the same transaction as the task
+    change, so a retry (or a concurrent duplicate) hits its unique constraint, the whole
+    transaction rolls back, and the earlier task is answered; the same id with a different
+    hash raises InvalidPayload. No lookup precedes the write: retries are rare, sends are not.
     """
     msg = _as_message(message)
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
-    if request_hash:
-        replay = _replay(agent, owner, msg.message_id, request_hash)
-        if replay is not None:
-            return replay
+    first = None
     try:
         with transaction.atomic():
             if msg.task_id:
@@ -328,7 +345,9 @@ def task_send(
                 task = task_append_message(task_id=msg.task_id, message=msg)
                 created = False
             else:
-                task = task_create(agent=agent, owner=owner, message=msg, metadata=metadata)
+                task, first = _open_task(
+                    agent=agent, owner=owner, msg=msg, context_id=None, metadata=metadata
+                )
                 created = True
             if request_hash:
                 MessageReceipt.objects.create(
@@ -339,12 +358,13 @@ def task_send(
                     task=task,
                 )
     except IntegrityError:
-        # A concurrent identical request won the race; answer as its retry.
-        replay = _replay(agent, owner, msg.message_id, request_hash or "")
+        replay = _replay(agent, owner, msg.message_id, request_hash) if request_hash else None
         if replay is None:
             raise
         return replay
-    return SendResult(task, created=created, replayed=False)
+    if created:
+        logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
+    return SendResult(task, created=created, replayed=False, first_message=first)
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:

@@ -172,6 +172,10 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
 
     result = await orm(write)
     task_id = result.task.pk
+    if config.return_immediately and result.first_message is not None:
+        # A task created by this very call: everything to render is in hand (no queries).
+        history = [result.first_message] if history_length != 0 else None
+        return {"task": wire.task_json(result.task, history=history)}
     if not config.return_immediately:
         # A follow-up to an interrupted task finds it INPUT_REQUIRED: that is not the answer.
         follow_up = not result.created and not result.replayed
