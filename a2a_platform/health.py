@@ -58,7 +58,11 @@ def check_broker() -> Check:
     return Check("broker", True, str(transport))
 
 
-READINESS_CHECKS: list[Callable[[], Check]] = [check_database, check_migrations, check_broker]
+READINESS_CHECKS: list[Callable[[], Check]] = [
+    check_database,
+    check_migrations,
+    check_broker,
+]
 
 _cache: tuple[float, list[Check]] | None = None
 
@@ -73,6 +77,19 @@ def readiness(*, fresh: bool = False) -> list[Check]:
     return checks
 
 
+def open_alerts(limit: int = 10) -> list[dict]:
+    try:
+        from webhooks.models import Alert
+
+        rows = Alert.objects.filter(resolved_at__isnull=True)[:limit]
+        return [
+            {"kind": a.kind, "message": a.message, "count": a.count, "endpoint": str(a.endpoint)}
+            for a in rows
+        ]
+    except Exception:
+        return []
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
@@ -83,6 +100,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
     body = {
         "status": "ready" if ready else "not ready",
         "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
+        # Open delivery alerts are for operators; they do not make the instance unready.
+        "alerts": open_alerts(),
     }
     response = JsonResponse(body, status=200 if ready else 503)
     if not ready:

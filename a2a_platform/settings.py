@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_celery_beat",
     "agents",
     "tasks",
@@ -82,6 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webhooks.context_processors.open_alerts",
             ],
         },
     },
@@ -131,7 +133,6 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing root
-FORMS_URLFIELD_ASSUME_HTTPS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -212,3 +213,29 @@ A2A_JSONRPC_MAX_BATCH = env.int("A2A_JSONRPC_MAX_BATCH", default=20)
 A2A_MAX_JSON_DEPTH = env.int("A2A_MAX_JSON_DEPTH", default=32)
 # Public origin for card URLs (https://agents.example.com); derived from the request if unset.
 A2A_PUBLIC_BASE_URL = env.str("A2A_PUBLIC_BASE_URL", default="")
+
+# --- Webhook delivery -----------------------------------------------------------------
+# Seconds between tries (the first try is immediate): close to Svix, 8 tries over ~27 h.
+A2A_WEBHOOK_RETRY_SCHEDULE = env.list(
+    "A2A_WEBHOOK_RETRY_SCHEDULE", default=["5", "300", "1800", "7200", "18000", "36000", "36000"]
+)
+# A receiver answering 401/403 may distrust our key or binding (the rebind incident): a few
+# tries over ~10 minutes, with an alert, then dead-letter.
+A2A_WEBHOOK_AUTH_RETRY_SCHEDULE = env.list(
+    "A2A_WEBHOOK_AUTH_RETRY_SCHEDULE", default=["60", "120", "180", "240"]
+)
+A2A_WEBHOOK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_TIMEOUT_SECONDS", default=10)
+A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
+A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
+A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
+# Retention: delivered deliveries, their attempts and task events older than this are purged
+# (batched) by a beat job; dead-lettered deliveries stay until an operator acts.
+A2A_RETENTION_DAYS = env.int("A2A_RETENTION_DAYS", default=14)
+A2A_RETENTION_INTERVAL_SECONDS = env.int("A2A_RETENTION_INTERVAL_SECONDS", default=3600)
+A2A_RETENTION_BATCH = env.int("A2A_RETENTION_BATCH", default=5000)
+
+# --- Webhook SSRF allowlist -----------------------------------------------------------------
+# Comma-separated CIDRs a webhook may reach even though they are not public (loopback,
+# private, ...); plain http is accepted only to these. Empty: public https destinations only.
+# webhooks/ssrf.py reads it at call time. `make run` with a local receiver: 127.0.0.0/8,::1/128.
+A2A_WEBHOOK_ALLOWED_NETWORKS = env.list("A2A_WEBHOOK_ALLOWED_NETWORKS", default=[])

@@ -8,4 +8,5 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/worker/", include("tasks.api.urls")),
+    path("api/v1/deliveries/", include("webhooks.api.urls")),
 ]

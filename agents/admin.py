@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from agents.models import Agent, ApiKey
+from agents.models import Agent, ApiKey, SigningKey
 from agents.services import AgentError, agent_save, api_key_revoke
 
 
@@ -60,3 +60,25 @@ class ApiKeyAdmin(admin.ModelAdmin):
             api_key_revoke(key_id=key.pk)
             count += 1
         self.message_user(request, f"revoked {count} key(s)")
+
+
+@admin.register(SigningKey)
+class SigningKeyAdmin(admin.ModelAdmin):
+    """Read-only: keys are created and rotated through agents.signing. The private key is
+    never shown (not listed, not a field, not searchable)."""
+
+    list_display = ("kid", "agent", "state", "created_at", "retiring_since", "retired_at")
+    list_filter = ("state", "agent")
+    search_fields = ("kid",)
+    list_select_related = ("agent",)
+    fields = ("kid", "agent", "state", "created_at", "retiring_since", "retired_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -62,6 +62,27 @@ def security(agent: Agent) -> dict[str, Any]:
     }
 
 
+DELIVERY_EXTENSION_URI = "urn:a2a-platform:ext:webhook-delivery:v1"
+
+
+def delivery_extension(agent: Agent, origin: str, *, at_root: bool) -> dict[str, Any]:
+    """How this platform delivers push notifications, declared for clients (data only)."""
+    base = agent_base_url(agent, origin, at_root=at_root).rstrip("/")
+    return {
+        "uri": DELIVERY_EXTENSION_URI,
+        "description": "Push notifications are durable and at-least-once, signed (Standard "
+        "Webhooks v1a, Ed25519), ordered per task by X-A2A-Task-Seq",
+        "params": {
+            "guarantee": "durable, at-least-once",
+            "jwksUrl": f"{base}/.well-known/jwks.json",
+            "signature": "webhook-signature v1a (Ed25519) over webhook-id.webhook-timestamp.body",
+            "dedupeHeader": "webhook-id",
+            "orderHeader": "X-A2A-Task-Seq",
+            "bindingHeader": "X-A2A-Binding-Version",
+        },
+    }
+
+
 def render_card(
     agent: Agent,
     *,
@@ -72,9 +93,15 @@ def render_card(
 ) -> dict[str, Any]:
     base = agent_base_url(agent, origin, at_root=at_root)
     v03 = base.rstrip("/") + V03_SUFFIX
-    caps = {"streaming": False, "pushNotifications": False, **(capabilities or {})}
+    caps = {
+        "streaming": False,
+        "pushNotifications": agent.push_notifications_enabled,
+        **(capabilities or {}),
+    }
     caps["extendedAgentCard"] = agent.auth_mode == AuthMode.API_KEY
     extensions = list(agent.extensions or []) + list(platform_extensions or [])
+    if caps["pushNotifications"]:
+        extensions.append(delivery_extension(agent, origin, at_root=at_root))
     card: dict[str, Any] = {
         "name": agent.name,
         "description": agent.description,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 from django.core.validators import RegexValidator
@@ -56,6 +57,9 @@ class Agent(models.Model):
     extensions = models.JSONField(
         default=list, blank=True, help_text="A2A AgentExtension objects declared in the card"
     )
+    # Operator switches: a capability switched off is false in the card whatever the machinery.
+    push_notifications_enabled = models.BooleanField(default=True)
+    streaming_enabled = models.BooleanField(default=True)
     card_max_age = models.PositiveIntegerField(
         default=60, help_text="Cache-Control max-age of the agent card, in seconds"
     )
@@ -114,3 +118,50 @@ class ApiKey(models.Model):
     @property
     def principal(self) -> str:
         return f"key:{self.id}"
+
+
+class SigningKeyState(models.TextChoices):
+    ACTIVE = "active", "active (signs, in the JWKS)"
+    RETIRING = "retiring", "retiring (still signs and stays in the JWKS until retired)"
+    RETIRED = "retired", "retired (neither signs nor published)"
+
+
+def new_key_id() -> str:
+    return secrets.token_urlsafe(16)
+
+
+class SigningKey(models.Model):
+    """An agent's Ed25519 key for webhook signatures and push JWTs (agents/signing.py).
+
+    At most one key per agent is active. A rotation moves the active key to `retiring`: it
+    keeps signing and stays in the JWKS until retired (DESIGN.md, invariant 3, drain). The
+    private key is stored encrypted (a2a_platform.crypto) and never shown.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="signing_keys")
+    kid = models.CharField(max_length=64, unique=True, default=new_key_id, editable=False)
+    algorithm = models.CharField(max_length=16, default="EdDSA", editable=False)
+    public_key = models.CharField(
+        max_length=64, editable=False, help_text="raw 32-byte Ed25519 key, base64url"
+    )
+    private_key_encrypted = models.TextField(editable=False)
+    state = models.CharField(
+        max_length=8, choices=SigningKeyState.choices, default=SigningKeyState.ACTIVE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    retiring_since = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent"],
+                condition=models.Q(state="active"),
+                name="agents_single_active_signing_key",
+            )
+        ]
+        indexes = [models.Index(fields=["agent", "state"], name="signingkey_agent_state")]
+
+    def __str__(self) -> str:
+        return f"{self.kid} ({self.state})"

@@ -84,6 +84,8 @@ async def handle(route: Route, scope, receive, send) -> None:
         response = await _jsonrpc(request, route)
     elif route.name == "card":
         response = await _card(request, route)
+    elif route.name == "jwks":
+        response = await _jwks(request, route)
     else:
         response = await _rest(request, route)
     await response(scope, receive, send)
@@ -108,6 +110,27 @@ async def _card(request: Request, route: Route) -> Response:
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
+
+
+async def _jwks(request: Request, route: Route) -> Response:
+    """The public keys that sign this agent's webhook deliveries (all live keys: a retiring
+    key stays here while it still signs)."""
+    from agents.signing import ensure_signing_key, jwks
+
+    try:
+        ctx = await _ctx(request, route.tenant, V1, public=True)
+    except ProtocolError as exc:
+        return _rest_error(exc)
+
+    def keys():
+        ensure_signing_key(ctx.agent)
+        return jwks(ctx.agent)
+
+    return Response(
+        _dumps(await run_orm(keys)),
+        media_type="application/jwk-set+json",
+        headers={"Cache-Control": "public, max-age=300"},
+    )
 
 
 # --- JSON-RPC ------------------------------------------------------------------------------

@@ -150,8 +150,12 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
         raise invalid_params("message", "is required")
     config = req.configuration
     history_length = _history_length(config) if req.HasField("configuration") else None
+    inline_push = None
     if config.HasField("task_push_notification_config"):
-        raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+        _require_push(ctx)
+        inline_push = params["configuration"].get("taskPushNotificationConfig") or params[
+            "configuration"
+        ].get("task_push_notification_config")
     # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
     msg = wire.parse_message(params["message"])
     if msg.role != a2a_pb2.ROLE_USER:
@@ -161,14 +165,27 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
     request_hash = _request_hash(params) if ctx.principal != ANONYMOUS else None
     metadata = json_format.MessageToDict(req.metadata) if req.HasField("metadata") else None
 
+    issuer = _card_url(ctx)
+
     def write():
-        return services.task_send(
-            agent=ctx.agent,
-            owner=ctx.principal,
-            message=msg,
-            request_hash=request_hash,
-            metadata=metadata,
-        )
+        from django.db import transaction
+
+        from webhooks.services import push_config_create
+
+        # One transaction: a task is never accepted with its webhook dropped.
+        with transaction.atomic():
+            result = services.task_send(
+                agent=ctx.agent,
+                owner=ctx.principal,
+                message=msg,
+                request_hash=request_hash,
+                metadata=metadata,
+            )
+            if inline_push is not None and not result.replayed:
+                push_config_create(
+                    task=result.task, config=_config_params(inline_push), issuer=issuer
+                )
+        return result
 
     result = await orm(write)
     task_id = result.task.pk
@@ -316,11 +333,84 @@ async def list_tasks(ctx: Ctx, params: Params) -> dict:
     return await orm(query)
 
 
-# --- Push configs (until the delivery issue lands) ------------------------------------------
+# --- Push configs ---------------------------------------------------------------------------
 
 
-async def push_not_supported(ctx: Ctx, params: Params) -> dict:
-    raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+def _card_url(ctx: Ctx) -> str:
+    from agents.card import agent_base_url
+
+    return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
+
+
+def _require_push(ctx: Ctx) -> None:
+    if not public_card(ctx)["capabilities"].get("pushNotifications"):
+        raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+
+
+def _config_params(params: Params) -> Params:
+    return {k: v for k, v in params.items() if k not in ("tenant", "taskId")}
+
+
+async def create_push_config(ctx: Ctx, params: Params) -> dict:
+    from webhooks.services import push_config_create, push_config_json
+
+    _require_push(ctx)
+    req = parse_request(params, a2a_pb2.TaskPushNotificationConfig)
+    if not req.task_id:
+        raise invalid_params("taskId", "is required")
+    issuer = _card_url(ctx)
+
+    def write():
+        task = _visible_task(ctx, req.task_id)
+        binding = push_config_create(task=task, config=_config_params(params), issuer=issuer)
+        return push_config_json(binding)
+
+    return await orm(write)
+
+
+def _task_and_config_id(params: Params, proto_cls: type) -> tuple[str, str]:
+    req = parse_request(params, proto_cls)
+    if not req.task_id:
+        raise invalid_params("taskId", "is required")
+    return req.task_id, getattr(req, "id", "")
+
+
+async def get_push_config(ctx: Ctx, params: Params) -> dict:
+    from webhooks.services import current_binding, push_config_json
+
+    _require_push(ctx)
+    task_id, config_id = _task_and_config_id(params, a2a_pb2.GetTaskPushNotificationConfigRequest)
+    if not config_id:
+        raise invalid_params("id", "is required")
+    return await orm(
+        lambda: push_config_json(current_binding(_visible_task(ctx, task_id), config_id))
+    )
+
+
+async def list_push_configs(ctx: Ctx, params: Params) -> dict:
+    from webhooks.services import current_bindings, push_config_json
+
+    _require_push(ctx)
+    task_id, _ = _task_and_config_id(params, a2a_pb2.ListTaskPushNotificationConfigsRequest)
+
+    def read():
+        bindings = current_bindings(_visible_task(ctx, task_id))
+        return {"configs": [push_config_json(b) for b in bindings], "nextPageToken": ""}
+
+    return await orm(read)
+
+
+async def delete_push_config(ctx: Ctx, params: Params) -> dict:
+    from webhooks.services import push_config_delete
+
+    _require_push(ctx)
+    task_id, config_id = _task_and_config_id(
+        params, a2a_pb2.DeleteTaskPushNotificationConfigRequest
+    )
+    if not config_id:
+        raise invalid_params("id", "is required")
+    await orm(lambda: push_config_delete(task=_visible_task(ctx, task_id), config_id=config_id))
+    return {}
 
 
 # --- Cards ---------------------------------------------------------------------------------
@@ -345,10 +435,10 @@ OPERATIONS = {
     "ListTasks": list_tasks,
     "CancelTask": cancel_task,
     "SubscribeToTask": subscribe_to_task,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
+    "CreateTaskPushNotificationConfig": create_push_config,
+    "GetTaskPushNotificationConfig": get_push_config,
+    "ListTaskPushNotificationConfigs": list_push_configs,
+    "DeleteTaskPushNotificationConfig": delete_push_config,
     "GetExtendedAgentCard": get_extended_agent_card,
 }
 STREAMING_OPERATIONS = frozenset({"SendStreamingMessage", "SubscribeToTask"})

@@ -17,6 +17,7 @@ _CFG = r"(?P<config_id>[^/:]+)"
 # (methods, pattern of the path after the tenant, route name)
 _V1_ROUTES: list[tuple[frozenset[str], re.Pattern, str]] = [
     (frozenset({"GET"}), re.compile(r"/\.well-known/agent-card\.json"), "card"),
+    (frozenset({"GET"}), re.compile(r"/\.well-known/jwks\.json"), "jwks"),
     (frozenset({"POST"}), re.compile(r"/?"), "jsonrpc"),
     (frozenset({"POST"}), re.compile(r"/message:send"), "SendMessage"),
     (frozenset({"POST"}), re.compile(r"/message:stream"), "SendStreamingMessage"),

@@ -214,7 +214,7 @@ def test_card_resolution_picks_the_v1_interface(
                 card = await A2ACardResolver(http, live_platform.agent_url(agent)).get_agent_card()
             assert card.name == agent.name
             assert not card.capabilities.streaming
-            assert not card.capabilities.push_notifications
+            assert card.capabilities.push_notifications  # delivery is durable (webhooks app)
             interfaces = {
                 (i.protocol_binding, i.protocol_version): i for i in card.supported_interfaces
             }

@@ -2,9 +2,21 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+# Sweepers run on the `heartbeat` queue: a backlog (or a missing consumer) on `agents` or
+# `webhooks` must not stop the safety net that re-enqueues their lost work.
 SCHEDULES = {
-    # name: (job name, seconds, queue)
-    "sweep executor dispatches": ("tasks.sweep_dispatches", "A2A_SWEEP_INTERVAL_SECONDS", "agents"),
+    # name: (job name, setting holding the interval in seconds, queue)
+    "sweep executor dispatches": (
+        "tasks.sweep_dispatches",
+        "A2A_SWEEP_INTERVAL_SECONDS",
+        "heartbeat",
+    ),
+    "sweep webhook deliveries": (
+        "webhooks.sweep_deliveries",
+        "A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS",
+        "heartbeat",
+    ),
+    "purge old rows": ("webhooks.purge_old_rows", "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
 }
 
 

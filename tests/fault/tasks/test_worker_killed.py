@@ -113,8 +113,8 @@ def test_unconsumed_dispatch_fails_the_task_visibly_after_its_tries(scripted_age
     """Scenario B: nobody consumes the agents queue; the task must not sit in SUBMITTED."""
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     broker.delete("agents")
-    # sync_schedules routes the sweeper to `agents` too, where it could not run either with
-    # no consumer there; here it runs on `heartbeat`, which a live worker consumes.
+    # The sweeper runs on `heartbeat` (sync_schedules' default), which a live worker consumes
+    # while nobody consumes `agents`.
     start_beat(procs, sweep_queue="heartbeat", A2A_DISPATCH_MAX_TRIES="2")
     sweeper = procs.worker(
         name="sweeper", queues="heartbeat", A2A_DISPATCH_MAX_TRIES="2", **TIMINGS

@@ -233,7 +233,7 @@ def test_sync_schedules_is_idempotent():
 
     sweep = PeriodicTask.objects.get(name=SWEEP)
     assert sweep.task == "tasks.sweep_dispatches"
-    assert sweep.queue == "agents"
+    assert sweep.queue == "heartbeat"
     assert sweep.enabled
     assert sweep.interval.every == settings.A2A_SWEEP_INTERVAL_SECONDS
     assert sweep.interval.period == IntervalSchedule.SECONDS
@@ -256,7 +256,7 @@ def test_sync_schedules_repairs_a_changed_schedule():
         run("sync_schedules")
 
     sweep = PeriodicTask.objects.get(name=SWEEP)
-    assert (sweep.enabled, sweep.queue, sweep.interval.every) == (True, "agents", 7)
+    assert (sweep.enabled, sweep.queue, sweep.interval.every) == (True, "heartbeat", 7)
     assert PeriodicTask.objects.filter(name=SWEEP).count() == 1
 
 

@@ -311,9 +311,14 @@ def test_unknown_tenant_and_method_not_allowed(wire, default_agent):
     assert resp.status_code == 405
 
 
-def test_streaming_and_push_answer_their_refusals_until_they_exist(wire, default_agent):
+def test_streaming_answers_its_refusal_until_it_exists(wire, default_agent):
     assert _rpc_error(wire.rpc("SendStreamingMessage", _send_params()))["code"] == -32004
     assert _rpc_error(wire.rpc("SubscribeToTask", {"id": str(uuid.uuid4())}))["code"] == -32004
+
+
+def test_push_switched_off_by_the_operator_is_not_supported(wire, default_agent):
+    default_agent.push_notifications_enabled = False
+    default_agent.save()
     cfg = {"taskId": str(uuid.uuid4()), "url": "https://example.org/hook"}
     assert _rpc_error(wire.rpc("CreateTaskPushNotificationConfig", cfg))["code"] == -32003
     inline = _send_params()
@@ -324,6 +329,8 @@ def test_streaming_and_push_answer_their_refusals_until_they_exist(wire, default
     resp = wire.request("POST", f"/tasks/{uuid.uuid4()}/pushNotificationConfigs", json=cfg)
     assert resp.status_code == 400
     assert resp.json()["error"]["details"][0]["reason"] == "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    card = wire.request("GET", "/.well-known/agent-card.json").json()
+    assert card["capabilities"]["pushNotifications"] is False
 
 
 def test_required_extension_not_activated(wire, transactional_db):

@@ -257,7 +257,10 @@ def test_card_interfaces_etag_and_304(wire, agent):
     assert urls[("HTTP+JSON", "1.0")] == "http://testserver/ops"
     assert urls[("JSONRPC", "0.3")] == "http://testserver/ops/v0.3"
     assert all("tenant" not in i for i in card["supportedInterfaces"])
-    assert card["capabilities"]["pushNotifications"] is False
+    assert card["capabilities"]["pushNotifications"] is True
+    assert card["capabilities"]["extensions"][0]["params"]["jwksUrl"] == (
+        "http://testserver/ops/.well-known/jwks.json"
+    )
     assert card["capabilities"]["streaming"] is False
     assert card["url"] == "http://testserver/ops/v0.3"  # v0.3 top-level fields merged
     etag = resp.headers["ETag"]

@@ -1,0 +1,179 @@
+"""Agent signing keys: Ed25519 keys that sign webhook deliveries and push JWTs, and the JWKS.
+
+Lifecycle: `active` (signs; one per agent) → `retiring` (after a rotation: still signs and
+stays in the JWKS, so receivers that only know it keep verifying — DESIGN.md invariant 3,
+drain) → `retired` (gone from signatures and the JWKS). Writes lock the agent row, so two
+rotations of one agent serialize; the partial unique constraint backs that up.
+
+The private key is stored as `a2a_platform.crypto.encrypt(base64url(raw 32 bytes))`; it is
+decrypted only by `private_key()`, for signing, and never logged or returned on read.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.db import transaction
+from django.utils import timezone
+
+from a2a_platform import crypto
+from agents.models import Agent, SigningKey, SigningKeyState
+
+logger = logging.getLogger(__name__)
+
+LIVE_STATES = (SigningKeyState.ACTIVE, SigningKeyState.RETIRING)
+
+
+class SigningKeyError(Exception):
+    """A signing-key operation that would break signing (an operator's mistake)."""
+
+
+def b64url_encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _lock_agent(agent: Agent) -> Agent:
+    return Agent.objects.select_for_update().get(pk=agent.pk)
+
+
+def _new_key(agent: Agent) -> SigningKey:
+    private = Ed25519PrivateKey.generate()
+    raw_private = private.private_bytes(
+        serialization.Encoding.Raw,
+        serialization.PrivateFormat.Raw,
+        serialization.NoEncryption(),
+    )
+    raw_public = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return SigningKey.objects.create(
+        agent=agent,
+        public_key=b64url_encode(raw_public),
+        private_key_encrypted=crypto.encrypt(b64url_encode(raw_private)),
+        state=SigningKeyState.ACTIVE,
+    )
+
+
+def _active_key(agent: Agent) -> SigningKey | None:
+    return SigningKey.objects.filter(agent=agent, state=SigningKeyState.ACTIVE).first()
+
+
+def signing_key_create(*, agent: Agent) -> SigningKey:
+    """Create the agent's first signing key, active.
+
+    Refuses when the agent already has an active key: replacing it is a rotation
+    (`signing_key_rotate`), which keeps the old key signing until it is retired.
+    """
+    with transaction.atomic():
+        _lock_agent(agent)
+        if _active_key(agent) is not None:
+            raise SigningKeyError(
+                f"agent {agent.slug!r} already has an active signing key; rotate it instead"
+            )
+        key = _new_key(agent)
+    logger.info("signing_key.created", extra={"agent": agent.slug, "kid": key.kid})
+    return key
+
+
+def signing_key_rotate(*, agent: Agent) -> SigningKey:
+    """Make a new active key; the previous active key becomes `retiring`.
+
+    Side effects: the retiring key keeps signing (a second `v1a` signature) and stays in the
+    JWKS until `signing_key_retire`. With no active key, this just creates one.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        _lock_agent(agent)
+        previous = _active_key(agent)
+        if previous is not None:
+            # Demote first: the single-active constraint is checked per statement.
+            previous.state = SigningKeyState.RETIRING
+            previous.retiring_since = now
+            previous.save(update_fields=["state", "retiring_since"])
+        key = _new_key(agent)
+    logger.info(
+        "signing_key.rotated",
+        extra={
+            "agent": agent.slug,
+            "kid": key.kid,
+            "retiring_kid": previous.kid if previous else None,
+        },
+    )
+    return key
+
+
+def signing_key_retire(*, key_id: int) -> SigningKey:
+    """Retire a retiring key: it stops signing and leaves the JWKS. Idempotent.
+
+    The active key cannot be retired directly (the agent would have nothing to sign with):
+    rotate first, then retire the key that became `retiring`.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        key = SigningKey.objects.select_for_update().get(pk=key_id)
+        if key.state == SigningKeyState.RETIRED:
+            return key
+        if key.state == SigningKeyState.ACTIVE:
+            raise SigningKeyError(f"key {key.kid} is the active key; rotate before retiring it")
+        key.state = SigningKeyState.RETIRED
+        key.retired_at = now
+        key.save(update_fields=["state", "retired_at"])
+    logger.info("signing_key.retired", extra={"agent_id": key.agent_id, "kid": key.kid})
+    return key
+
+
+def ensure_signing_key(agent: Agent) -> SigningKey:
+    """The agent's active key, created if it has none (safe under concurrent callers)."""
+    key = _active_key(agent)
+    if key is not None:
+        return key
+    with transaction.atomic():
+        _lock_agent(agent)
+        key = _active_key(agent)
+        if key is None:
+            key = _new_key(agent)
+            logger.info("signing_key.created", extra={"agent": agent.slug, "kid": key.kid})
+    return key
+
+
+def live_signing_keys(agent: Agent) -> list[SigningKey]:
+    """Active and retiring keys, newest first: the keys that sign and that the JWKS lists."""
+    return list(
+        SigningKey.objects.filter(agent=agent, state__in=LIVE_STATES).order_by("-created_at", "-id")
+    )
+
+
+def public_jwk(key: SigningKey) -> dict[str, str]:
+    return {
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "x": key.public_key,
+        "kid": key.kid,
+        "alg": "EdDSA",
+        "use": "sig",
+    }
+
+
+def jwks(agent: Agent) -> dict[str, Any]:
+    """The agent's JSON Web Key Set (RFC 7517 / RFC 8037): its live public keys."""
+    return {"keys": [public_jwk(key) for key in live_signing_keys(agent)]}
+
+
+def private_key(key: SigningKey) -> Ed25519PrivateKey:
+    """Decrypt a key's private half, for signing. Raises crypto.SecretDecryptionError."""
+    return Ed25519PrivateKey.from_private_bytes(
+        b64url_decode(crypto.decrypt(key.private_key_encrypted))
+    )
+
+
+def live_private_keys(agent: Agent) -> list[tuple[str, Ed25519PrivateKey]]:
+    """`(kid, private key)` for every live key, newest first: `webhooks.signer`'s `keys`."""
+    return [(key.kid, private_key(key)) for key in live_signing_keys(agent)]

@@ -1,0 +1,406 @@
+"""webhooks.transport against a real HTTP receiver on 127.0.0.1 (a ThreadingHTTPServer).
+
+The receiver counts accepted TCP connections as well as requests, so "refused" means nothing
+reached it at all. DNS is the edge we do not own: the rebinding tests fake `getaddrinfo`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from webhooks import transport
+from webhooks.transport import PostRequest, TransportResult, post, post_many
+
+PUBLIC_V4 = "93.184.215.14"
+BIG_BODY = b"x" * 100_000
+
+
+class Recorded:
+    def __init__(self, path: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.at = time.monotonic()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def verify_request(self, request, client_address) -> bool:
+        with self.receiver.lock:
+            self.receiver.connections += 1
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format, *args) -> None:  # noqa: A002
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        receiver = self.server.receiver
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with receiver.lock:
+            receiver.requests.append(Recorded(self.path, list(self.headers.items()), body))
+        path = self.path.split("?", 1)[0]
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            getattr(self, "route_" + path.strip("/").replace("-", "_"))()
+
+    def answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None):
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def route_ok(self) -> None:
+        self.answer(200, b'{"ok":true}', {"X-Receiver": "yes", "Content-Type": "application/json"})
+
+    def route_fail(self) -> None:
+        self.answer(500, b"boom")
+
+    def route_throttle(self) -> None:
+        self.answer(429, b"slow down", {"Retry-After": "7"})
+
+    def route_unavailable(self) -> None:
+        when = email.utils.formatdate(time.time() + 120, usegmt=True)
+        self.answer(503, b"", {"Retry-After": when})
+
+    def route_redirect(self) -> None:
+        host, port = self.server.server_address[:2]
+        self.answer(302, b"", {"Location": f"http://{host}:{port}/ok"})
+
+    def route_big(self) -> None:
+        self.answer(200, BIG_BODY)
+
+    def route_hang(self) -> None:
+        self.server.receiver.release.wait(30)
+        self.answer(200, b"late")
+
+    def route_drip(self) -> None:
+        # Status line and headers one byte at a time: every read finishes well inside the
+        # per-read timeout, only the attempt's deadline can stop it.
+        payload = b"HTTP/1.0 200 OK\r\nX-Slow: " + b"z" * 200 + b"\r\n\r\n"
+        for byte in payload:
+            if self.server.receiver.release.is_set():
+                return
+            self.wfile.write(bytes([byte]))
+            time.sleep(0.1)
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[Recorded] = []
+        self.connections = 0
+        self.release = threading.Event()
+        self.server = _Server(self)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def url(self, path: str, *, host: str = "127.0.0.1", scheme: str = "http") -> str:
+        return f"{scheme}://{host}:{self.port}{path}"
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    r.thread.start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_client():
+    """A new pool per test: a kept-alive connection must not stand in for a connect."""
+    transport.close_client()
+    yield
+    transport.close_client()
+
+
+@pytest.fixture
+def allow_loopback(settings):
+    settings.A2A_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+
+
+@pytest.fixture
+def no_allowlist(settings):
+    settings.A2A_WEBHOOK_ALLOWED_NETWORKS = []
+
+
+@pytest.fixture
+def fake_dns(monkeypatch):
+    """`fake_dns.answers[name]` = list of answers, one per lookup (the last one repeats).
+    Other names (the address literals the transport connects to) resolve for real."""
+    real = socket.getaddrinfo
+
+    class FakeDNS:
+        answers: dict[str, list[list[str]]] = {}
+        lookups: list[str] = []
+
+        @staticmethod
+        def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002
+            if host not in FakeDNS.answers:
+                return real(host, port, family, type, proto, flags)
+            FakeDNS.lookups.append(host)
+            queue = FakeDNS.answers[host]
+            if not queue:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+            return [
+                (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0))
+                if ":" in a
+                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+                for a in addresses
+            ]
+
+    FakeDNS.answers = {}
+    FakeDNS.lookups = []
+    monkeypatch.setattr(socket, "getaddrinfo", FakeDNS.getaddrinfo)
+    return FakeDNS
+
+
+def assert_nothing_received(receiver: Receiver) -> None:
+    time.sleep(0.05)  # an accepted connection is counted on the server's thread
+    assert receiver.connections == 0
+    assert receiver.requests == []
+
+
+# --- answers -----------------------------------------------------------------------------
+
+
+def test_post_ok_sends_exact_bytes_and_headers(receiver, allow_loopback):
+    body = json.dumps({"statusUpdate": {"taskId": "t-1", "text": "héllo ✓"}}).encode() + b"\n"
+    headers = {
+        "Content-Type": "application/a2a+json",
+        "Authorization": "Bearer abc.def",
+        "webhook-id": "evt_123",
+        "webhook-signature": "v1a,AAAA v1a,BBBB",
+    }
+
+    result = post(receiver.url("/ok?task=t-1"), body, headers, timeout=5)
+
+    assert isinstance(result, TransportResult)
+    assert result.ok
+    assert result.status == 200
+    assert result.error_class is None
+    assert result.retry_after is None
+    assert result.headers["x-receiver"] == "yes"
+    assert result.body_excerpt == '{"ok":true}'
+    assert result.duration_ms > 0
+    [got] = receiver.requests
+    assert got.path == "/ok?task=t-1"
+    assert got.body == body
+    for name, value in headers.items():
+        assert got.header(name) == value
+    assert got.header("Content-Length") == str(len(body))
+    assert got.header("Host") == f"127.0.0.1:{receiver.port}"
+
+
+def test_post_str_body_is_sent_as_utf8(receiver, allow_loopback):
+    result = post(receiver.url("/ok"), '{"a":"é"}', {"Content-Type": "application/json"}, timeout=5)
+    assert result.ok
+    assert receiver.requests[0].body == '{"a":"é"}'.encode()
+
+
+def test_post_500_is_a_value(receiver, allow_loopback):
+    result = post(receiver.url("/fail"), b"{}", {}, timeout=5)
+    assert result.status == 500
+    assert not result.ok
+    assert result.error_class is None
+    assert result.body_excerpt == "boom"
+
+
+def test_post_429_retry_after_seconds(receiver, allow_loopback):
+    result = post(receiver.url("/throttle"), b"{}", {}, timeout=5)
+    assert result.status == 429
+    assert result.retry_after == 7.0
+
+
+def test_post_503_retry_after_http_date(receiver, allow_loopback):
+    result = post(receiver.url("/unavailable"), b"{}", {}, timeout=5)
+    assert result.status == 503
+    assert result.retry_after is not None
+    assert 100 < result.retry_after <= 121
+
+
+def test_post_redirect_is_not_followed(receiver, allow_loopback):
+    result = post(receiver.url("/redirect"), b"{}", {}, timeout=5)
+    assert result.status == 302
+    assert not result.ok
+    assert result.headers["location"].endswith("/ok")
+    assert [r.path for r in receiver.requests] == ["/redirect"]
+
+
+def test_post_body_excerpt_is_2kb(receiver, allow_loopback):
+    result = post(receiver.url("/big"), b"{}", {}, timeout=5)
+    assert result.ok
+    assert result.body_excerpt == "x" * transport.EXCERPT_BYTES
+
+
+# --- failures as values ----------------------------------------------------------------------
+
+
+def test_post_hanging_receiver_times_out(receiver, allow_loopback):
+    result = post(receiver.url("/hang"), b"{}", {}, timeout=1.0)
+    assert result.error_class == "timeout"
+    assert result.status is None
+    assert not result.ok
+    assert 900 <= result.duration_ms < 5000
+    assert len(receiver.requests) == 1
+
+
+def test_post_dripping_receiver_is_stopped_by_the_deadline(receiver, allow_loopback):
+    # ~21 s of headers at 0.1 s a byte: a per-read timeout would never fire.
+    result = post(receiver.url("/drip"), b"{}", {}, timeout=1.0)
+    assert result.error_class == "timeout"
+    assert result.duration_ms < 5000
+
+
+def test_post_connection_refused(allow_loopback):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = post(f"http://127.0.0.1:{port}/", b"{}", {}, timeout=5)
+    assert result.error_class == "connect"
+    assert result.status is None
+
+
+def test_post_tls_handshake_failure(receiver, allow_loopback):
+    result = post(receiver.url("/ok", scheme="https"), b"{}", {}, timeout=5)
+    assert result.error_class == "tls"
+    assert receiver.requests == []
+
+
+def test_post_unresolvable_host(fake_dns, no_allowlist):
+    fake_dns.answers["nowhere.test"] = []
+    result = post("https://nowhere.test/", b"{}", {}, timeout=5)
+    assert result.error_class == "dns"
+
+
+# --- SSRF --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_post_not_allowlisted_is_refused_and_nothing_received(receiver, no_allowlist, scheme):
+    result = post(receiver.url("/ok", scheme=scheme), b"{}", {}, timeout=5)
+    assert result.error_class == "ssrf"
+    assert result.status is None
+    assert result.error_detail
+    assert_nothing_received(receiver)
+
+
+def test_post_decimal_literal_is_refused(receiver, no_allowlist):
+    result = post(f"https://2130706433:{receiver.port}/ok", b"{}", {}, timeout=5)
+    assert result.error_class == "ssrf"
+    assert "loopback" in (result.error_detail or "")
+    assert_nothing_received(receiver)
+
+
+@pytest.mark.parametrize(
+    "at_connect",
+    [["127.0.0.1"], [PUBLIC_V4, "127.0.0.1"], ["::ffff:127.0.0.1"], ["169.254.169.254"]],
+)
+def test_post_dns_rebinding_is_refused_at_connect(receiver, no_allowlist, fake_dns, at_connect):
+    # check_url sees a public address; the connect-time lookup answers with a forbidden one.
+    fake_dns.answers["rebind.test"] = [[PUBLIC_V4], at_connect]
+
+    result = post(receiver.url("/ok", host="rebind.test", scheme="https"), b"{}", {}, timeout=5)
+
+    assert result.error_class == "ssrf"
+    assert fake_dns.lookups == ["rebind.test", "rebind.test"]
+    assert_nothing_received(receiver)
+
+
+def test_backend_refuses_a_forbidden_address_by_itself(receiver, no_allowlist):
+    # Whatever asks it, the backend checks: a second line of defence behind check_url.
+    with pytest.raises(transport.UnsafeDestination):
+        transport.SSRFSafeBackend().connect_tcp("127.0.0.1", receiver.port, timeout=2)
+    assert_nothing_received(receiver)
+
+
+def test_post_connects_to_the_checked_address_keeping_the_host_name(
+    receiver, allow_loopback, fake_dns
+):
+    fake_dns.answers["receiver.test"] = [["127.0.0.1"]]
+
+    result = post(receiver.url("/ok", host="receiver.test"), b"{}", {}, timeout=5)
+
+    assert result.ok
+    assert receiver.requests[0].header("Host") == f"receiver.test:{receiver.port}"
+    assert fake_dns.lookups == ["receiver.test", "receiver.test"]
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+
+def test_post_many_one_hung_receiver_does_not_stall_the_others(
+    receiver, allow_loopback, monkeypatch
+):
+    finished: dict[str, float] = {}
+    real_post = transport.post
+
+    def timed_post(url, body, headers, *, timeout):
+        result = real_post(url, body, headers, timeout=timeout)
+        finished[url] = time.monotonic()
+        return result
+
+    monkeypatch.setattr(transport, "post", timed_post)
+    hung, fast_1, fast_2 = receiver.url("/hang"), receiver.url("/ok?n=1"), receiver.url("/ok?n=2")
+
+    results = post_many(
+        [PostRequest(hung, b"{}", {}), (fast_1, b"{}", {}), (fast_2, b"{}", {})],
+        timeout=2.0,
+        max_concurrency=3,
+    )
+
+    assert [r.error_class for r in results] == ["timeout", None, None]  # input order
+    assert [r.status for r in results] == [None, 200, 200]
+    assert finished[fast_1] < finished[hung]
+    assert finished[fast_2] < finished[hung]
+    assert results[1].duration_ms < results[0].duration_ms
+    assert results[2].duration_ms < results[0].duration_ms
+
+
+def test_post_many_keeps_order_and_isolates_failures(receiver, allow_loopback):
+    results = post_many(
+        [
+            (receiver.url("/fail"), b"{}", {}),
+            ("ftp://example.com/", b"{}", {}),
+            (receiver.url("/ok"), b"{}", {}),
+        ],
+        timeout=5,
+        max_concurrency=2,
+    )
+    assert [(r.status, r.error_class) for r in results] == [
+        (500, None),
+        (None, "ssrf"),
+        (200, None),
+    ]
+
+
+def test_post_many_empty():
+    assert post_many([], timeout=1, max_concurrency=4) == []

@@ -1,0 +1,142 @@
+"""Delivery API for integrators (staff token): list, inspect and replay deliveries."""
+
+from __future__ import annotations
+
+import uuid
+
+from rest_framework import serializers, status
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from webhooks.delivery import delivery_replay
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeliveryAttempt
+        fields = [
+            "number",
+            "url",
+            "started_at",
+            "duration_ms",
+            "status",
+            "error_class",
+            "manual",
+            "request_headers",
+            "response_excerpt",
+        ]
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="event_id")
+    taskId = serializers.UUIDField(source="task_id")  # noqa: N815
+    agent = serializers.CharField(source="task.agent.slug")
+    configId = serializers.CharField(source="config.config_id")  # noqa: N815
+    bindingVersion = serializers.IntegerField(source="binding.version")  # noqa: N815
+    endpoint = serializers.CharField(source="binding.endpoint.origin")
+
+    class Meta:
+        model = Delivery
+        fields = [
+            "id",
+            "taskId",
+            "agent",
+            "configId",
+            "bindingVersion",
+            "endpoint",
+            "seq",
+            "kind",
+            "state",
+            "attempts",
+            "next_attempt_at",
+            "last_status",
+            "last_error",
+            "created_at",
+            "finished_at",
+        ]
+
+
+class DeliveryDetailSerializer(DeliverySerializer):
+    attempts_log = AttemptSerializer(many=True)
+
+    class Meta(DeliverySerializer.Meta):
+        fields = [*DeliverySerializer.Meta.fields, "attempts_log"]
+
+
+class StaffView(APIView):
+    authentication_classes = [TokenAuthentication]
+    permission_classes = [IsAdminUser]
+
+
+class Pages(CursorPagination):
+    ordering = "-id"
+    page_size = 100
+
+
+def _queryset(params):
+    qs = Delivery.objects.select_related(
+        "task__agent", "config", "binding", "binding__endpoint"
+    ).order_by("-id")
+    if "state" in params:
+        if params["state"] not in DeliveryState.values:
+            raise serializers.ValidationError(
+                {"state": f"one of {', '.join(DeliveryState.values)}"}
+            )
+        qs = qs.filter(state=params["state"])
+    if "task" in params:
+        try:
+            qs = qs.filter(task_id=uuid.UUID(params["task"]))
+        except ValueError:
+            raise serializers.ValidationError({"task": "not a task id"}) from None
+    if "agent" in params:
+        qs = qs.filter(task__agent__slug=params["agent"])
+    if "endpoint" in params:
+        qs = qs.filter(binding__endpoint__origin=params["endpoint"])
+    return qs
+
+
+class DeliveryList(StaffView):
+    def get(self, request):
+        paginator = Pages()
+        page = paginator.paginate_queryset(_queryset(request.query_params), request, view=self)
+        return paginator.get_paginated_response(DeliverySerializer(page, many=True).data)
+
+
+def _by_event_id(event_id) -> Delivery | None:
+    return (
+        Delivery.objects.select_related("task__agent", "config", "binding__endpoint")
+        .prefetch_related("attempts_log")
+        .filter(event_id=event_id)
+        .first()
+    )
+
+
+class DeliveryDetail(StaffView):
+    def get(self, request, event_id):
+        delivery = _by_event_id(event_id)
+        if delivery is None:
+            return Response({"error": {"code": "not_found"}}, status=status.HTTP_404_NOT_FOUND)
+        return Response(DeliveryDetailSerializer(delivery).data)
+
+
+class ReplaySerializer(serializers.Serializer):
+    ids = serializers.ListField(child=serializers.UUIDField(), min_length=1, max_length=1000)
+
+
+class DeliveryReplay(StaffView):
+    """Re-open dead-lettered or delivered deliveries (audited). Others are left as they are."""
+
+    def post(self, request):
+        data = ReplaySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pks = list(
+            Delivery.objects.filter(event_id__in=data.validated_data["ids"]).values_list(
+                "pk", flat=True
+            )
+        )
+        count = delivery_replay(delivery_pks=pks, actor=f"api:{request.user.get_username()}")
+        return Response({"replayed": count, "requested": len(data.validated_data["ids"])})

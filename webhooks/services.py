@@ -1,0 +1,272 @@
+"""Push-config services: create (a new binding version), read, delete, and the outbox hook.
+
+Each write is one transaction. Registration locks the task row, so it serialises with every
+lifecycle transition of the task: a transition either committed before (and the snapshot
+delivery written here shows its result) or commits after and sees the new binding in its
+outbox hook. A registration therefore misses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from a2a.types import a2a_pb2
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from a2a_platform.crypto import decrypt, encrypt
+from a2a_platform.side_effects import enqueue_on_commit
+from tasks import wire
+from tasks.errors import InvalidPayload, TaskNotFound
+from tasks.models import Task, TaskEvent
+from tasks.services import lock_task
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    PushBinding,
+    PushConfig,
+)
+from webhooks.ssrf import UnsafeDestination, check_url
+
+DELIVER_CONFIG_JOB = "webhooks.deliver_config"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}$")
+
+
+def body_bytes(payload: dict[str, Any]) -> str:
+    """The exact text of a delivery body (signed and sent as is)."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def normalize_origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def _validate(config: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
+    cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
+    if not cfg.url:
+        raise InvalidPayload("url", "is required")
+    if len(cfg.id) > 255:
+        raise InvalidPayload("id", "must be at most 255 characters")
+    if len(cfg.token) > 1024:
+        raise InvalidPayload("token", "must be at most 1024 characters")
+    if cfg.HasField("authentication"):
+        auth = cfg.authentication
+        if not _SCHEME.match(auth.scheme):
+            raise InvalidPayload("authentication.scheme", "must be an HTTP auth scheme name")
+        if len(auth.credentials) > 4096 or "\n" in auth.credentials or "\r" in auth.credentials:
+            raise InvalidPayload("authentication.credentials", "must be one line, at most 4 KiB")
+    try:
+        check_url(cfg.url)
+    except UnsafeDestination as exc:
+        raise InvalidPayload("url", str(exc)) from None
+    return cfg
+
+
+def _snapshot_body(task: Task) -> str:
+    artifacts = list(task.artifacts.order_by("id"))
+    return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
+
+
+def push_config_create(*, task: Task, config: dict[str, Any], issuer: str = "") -> PushBinding:
+    """Register a webhook for a task: binding version 1, or n+1 for an existing config id.
+
+    One transaction with the task row locked: the binding, its endpoint row, and a snapshot
+    delivery (a `task` StreamResponse of the task as it is now). Older versions are retired:
+    they take no new deliveries, but what they already owe is still delivered through them.
+    Raises InvalidPayload (bad or unsafe URL, too many configs) and TaskNotFound.
+    """
+    cfg = _validate(config)
+    now = timezone.now()
+    with transaction.atomic():
+        task = lock_task(task.pk)
+        config_id = cfg.id or str(uuid.uuid4())
+        push = PushConfig.objects.select_for_update().filter(task=task, config_id=config_id).first()
+        if push is None or push.deleted_at is not None:
+            live = PushConfig.objects.filter(task=task, deleted_at__isnull=True).count()
+            if live >= settings.A2A_WEBHOOK_MAX_CONFIGS_PER_TASK:
+                raise InvalidPayload(
+                    "config",
+                    f"a task has at most {settings.A2A_WEBHOOK_MAX_CONFIGS_PER_TASK} push configs",
+                )
+        if push is None:
+            push = PushConfig.objects.create(task=task, config_id=config_id, current_version=1)
+        else:
+            push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
+            push.current_version += 1
+            push.deleted_at = None
+            push.save(update_fields=["current_version", "deleted_at"])
+        endpoint, _ = Endpoint.objects.get_or_create(origin=normalize_origin(cfg.url))
+        binding = PushBinding.objects.create(
+            config=push,
+            version=push.current_version,
+            url=cfg.url,
+            endpoint=endpoint,
+            token_encrypted=encrypt(cfg.token) if cfg.token else "",
+            auth_scheme=cfg.authentication.scheme if cfg.HasField("authentication") else "",
+            issuer=issuer[:2048],
+            credentials_encrypted=(
+                encrypt(cfg.authentication.credentials)
+                if cfg.HasField("authentication") and cfg.authentication.credentials
+                else ""
+            ),
+        )
+        Delivery.objects.create(
+            config=push,
+            binding=binding,
+            task=task,
+            seq=task.last_seq,
+            kind="snapshot",
+            body=_snapshot_body(task),
+            next_attempt_at=now,
+        )
+        enqueue_on_commit(DELIVER_CONFIG_JOB, [push.pk])
+    return binding
+
+
+def push_config_json(binding: PushBinding) -> dict[str, Any]:
+    """A config as the client sees it: credentials are never returned."""
+    out: dict[str, Any] = {
+        "id": binding.config.config_id,
+        "taskId": str(binding.config.task_id),
+        "url": binding.url,
+    }
+    if binding.token_encrypted:
+        out["token"] = decrypt(binding.token_encrypted)
+    if binding.auth_scheme:
+        out["authentication"] = {"scheme": binding.auth_scheme}
+    return out
+
+
+def current_bindings(task: Task) -> list[PushBinding]:
+    return list(
+        PushBinding.objects.select_related("config")
+        .filter(config__task=task, config__deleted_at__isnull=True, retired_at__isnull=True)
+        .order_by("config_id")
+    )
+
+
+def current_binding(task: Task, config_id: str) -> PushBinding:
+    binding = (
+        PushBinding.objects.select_related("config")
+        .filter(
+            config__task=task,
+            config__config_id=config_id,
+            config__deleted_at__isnull=True,
+            retired_at__isnull=True,
+        )
+        .first()
+    )
+    if binding is None:
+        raise TaskNotFound(task.pk)  # the spec has no "config not found" error (§3.1.8)
+    return binding
+
+
+def push_config_delete(*, task: Task, config_id: str) -> None:
+    """Delete a config: it takes no new deliveries and what it still owes is canceled.
+    Idempotent: deleting an unknown or deleted config succeeds."""
+    now = timezone.now()
+    with transaction.atomic():
+        push = (
+            PushConfig.objects.select_for_update()
+            .filter(task=task, config_id=config_id, deleted_at__isnull=True)
+            .first()
+        )
+        if push is None:
+            return
+        push.deleted_at = now
+        push.save(update_fields=["deleted_at"])
+        push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
+        push.deliveries.filter(state=DeliveryState.PENDING).update(
+            state=DeliveryState.CANCELED, finished_at=now
+        )
+
+
+def on_task_event(task: Task, event: TaskEvent) -> None:
+    """The outbox hook, inside the lifecycle transaction: one Delivery per current binding.
+
+    Status and artifact events are delivered; `message` history entries are not (the stream
+    shape of spec §3.1.2 has no place for them).
+    """
+    if event.kind not in ("status", "artifact"):
+        return
+    bindings = list(
+        PushBinding.objects.filter(
+            config__task_id=task.pk, config__deleted_at__isnull=True, retired_at__isnull=True
+        ).values_list("pk", "config_id")
+    )
+    if not bindings:
+        return
+    body = body_bytes(event.payload)
+    now = timezone.now()
+    Delivery.objects.bulk_create(
+        [
+            Delivery(
+                config_id=config_pk,
+                binding_id=binding_pk,
+                task_id=task.pk,
+                seq=event.seq,
+                kind=event.kind,
+                body=body,
+                next_attempt_at=now,
+            )
+            for binding_pk, config_pk in bindings
+        ]
+    )
+    for _, config_pk in bindings:
+        enqueue_on_commit(DELIVER_CONFIG_JOB, [config_pk])
+
+
+def open_deliveries_exist(config_pk: int) -> bool:
+    return Delivery.objects.filter(config_id=config_pk, state__in=OPEN_DELIVERY_STATES).exists()
+
+
+def _audit(actor: str, action: str, target: dict[str, Any]) -> None:
+    from webhooks.models import OperatorAction
+
+    OperatorAction.objects.create(actor=actor[:150], action=action, target=target)
+
+
+def endpoint_pause(*, endpoint_pk: int, actor: str, reason: str = "paused by an operator") -> None:
+    """A paused endpoint holds its deliveries (they are not tried, nor dead-lettered)."""
+    with transaction.atomic():
+        Endpoint.objects.filter(pk=endpoint_pk, paused_at__isnull=True).update(
+            paused_at=timezone.now(), paused_reason=reason[:300]
+        )
+        _audit(actor, "pause_endpoint", {"endpoint": endpoint_pk})
+
+
+def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
+    """Resume an endpoint and re-enqueue every config that has deliveries waiting on it."""
+    with transaction.atomic():
+        Endpoint.objects.filter(pk=endpoint_pk).update(
+            paused_at=None, paused_reason="", consecutive_failures=0
+        )
+        _audit(actor, "resume_endpoint", {"endpoint": endpoint_pk})
+        configs = (
+            Delivery.objects.filter(
+                binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
+            )
+            .values_list("config_id", flat=True)
+            .distinct()
+        )
+        for config_pk in configs:
+            enqueue_on_commit(DELIVER_CONFIG_JOB, [config_pk])
+
+
+def alert_resolve(*, alert_pk: int, actor: str) -> None:
+    from webhooks.models import Alert
+
+    with transaction.atomic():
+        Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(
+            resolved_at=timezone.now()
+        )
+        _audit(actor, "resolve_alert", {"alert": alert_pk})
