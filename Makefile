@@ -8,6 +8,10 @@ PORT ?= 8000
 # The tests run against real servers; override to point elsewhere.
 A2A_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/a2a_platform
 A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+# Local webhook receivers (make run demos, the tests' receiver processes) live on loopback,
+# which the SSRF policy refuses unless allowlisted. Production leaves it empty.
+A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
+export A2A_WEBHOOK_ALLOWED_NETWORKS
 
 .PHONY: run test install lint format bench clean
 

@@ -30,6 +30,12 @@ def commands(port: str) -> dict[str, list[str]]:
             "worker",
             "-Q",
             "agents,webhooks,heartbeat",
+            # Threads: webhook sends are I/O-bound and one hung receiver must not stall the
+            # others; executors only make short database calls.
+            "-P",
+            "threads",
+            "-c",
+            os.environ.get("A2A_WORKER_CONCURRENCY", "8"),
             "--loglevel",
             "INFO",
         ],
