@@ -225,9 +225,17 @@ def test_allowed_networks_parses_and_rejects_garbage(settings):
 
 
 def test_allowlist_empty_by_default():
-    from a2a_platform import settings as settings_module
+    """Production default: nothing allowlisted (make run/test set loopback explicitly)."""
+    import os
+    import subprocess
+    import sys
 
-    assert settings_module.A2A_WEBHOOK_ALLOWED_NETWORKS in ([], ())
+    env = {k: v for k, v in os.environ.items() if k != "A2A_WEBHOOK_ALLOWED_NETWORKS"}
+    code = "import a2a_platform.settings as s; print(repr(s.A2A_WEBHOOK_ALLOWED_NETWORKS))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 # --- URLs: IP literals in every form ---------------------------------------------------------
