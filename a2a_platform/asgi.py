@@ -2,11 +2,13 @@
 
 At startup the router starts this process's event hub (so readiness can report it and the
 first waiter does not pay for the connection); at shutdown it stops it. The A2A wire surface
-(a2a_platform/protocol) is served here beside Django, so a blocking SendMessage (and later a
-stream) holds neither a thread nor a database connection while it waits; everything else
-(admin, REST API, health) is Django.
+(a2a_platform/protocol) is served here beside Django, so a blocking SendMessage or an SSE
+stream holds neither a thread nor a database connection while it waits; everything else
+(admin, REST API, health) is Django. On SIGTERM (and at lifespan shutdown) open streams are
+ended with a `retry:` hint so their clients resume on another instance.
 """
 
+import contextlib
 import logging
 import os
 
@@ -18,7 +20,34 @@ django_app = get_asgi_application()
 logger = logging.getLogger(__name__)
 
 
+def _drain_on_sigterm() -> None:
+    """Rolling deploys: on SIGTERM turn not-ready at once (card and /readyz answer 503, so the
+    load balancer stops routing here), and only after A2A_SHUTDOWN_GRACE_SECONDS hand the
+    signal to the server, which stops accepting and drains open requests."""
+    import asyncio
+    import signal
+
+    from django.conf import settings
+
+    from agents.readiness import start_draining
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):
+        return
+    loop = asyncio.get_running_loop()
+
+    def on_sigterm(signum, frame) -> None:
+        start_draining()
+        logger.info("SIGTERM: not ready now, draining after the grace period")
+        loop.call_soon_threadsafe(
+            loop.call_later, settings.A2A_SHUTDOWN_GRACE_SECONDS, previous, signum, frame
+        )
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 async def _lifespan(receive, send) -> None:
+    from a2a_platform.protocol import sse
     from tasks.event_hub import get_hub
 
     while True:
@@ -28,8 +57,16 @@ async def _lifespan(receive, send) -> None:
                 await get_hub().start()
             except Exception:
                 logger.warning("event hub did not start; it keeps retrying", exc_info=True)
+            # Outside the main thread (embedded servers) there is no SIGTERM to wrap. Open
+            # streams end (with a `retry:` hint) when the server is told to stop: hooked first,
+            # so the readiness drain below delays that by its grace period.
+            with contextlib.suppress(ValueError):
+                sse.install_signal_hooks()
+            with contextlib.suppress(ValueError):
+                _drain_on_sigterm()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            sse.begin_shutdown()  # servers that do not wait for open responses first
             await get_hub().stop()
             await send({"type": "lifespan.shutdown.complete"})
             return

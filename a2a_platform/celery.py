@@ -11,6 +11,11 @@ app = Celery("a2a_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = (Queue("agents"), Queue("webhooks"), Queue("heartbeat"))
 app.conf.task_routes = {
+    # Safety nets run on `heartbeat`: a backlog or a missing consumer on `agents` or
+    # `webhooks` must not stop the jobs that recover those queues' lost work.
+    "tasks.sweep_dispatches": {"queue": "heartbeat"},
+    "webhooks.sweep_deliveries": {"queue": "heartbeat"},
+    "webhooks.purge_old_rows": {"queue": "heartbeat"},
     "tasks.*": {"queue": "agents"},
     "webhooks.*": {"queue": "webhooks"},
     "heartbeat.*": {"queue": "heartbeat"},

@@ -6,8 +6,6 @@ consults it on every request.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -58,25 +56,6 @@ def check_broker() -> Check:
     return Check("broker", True, str(transport))
 
 
-READINESS_CHECKS: list[Callable[[], Check]] = [
-    check_database,
-    check_migrations,
-    check_broker,
-]
-
-_cache: tuple[float, list[Check]] | None = None
-
-
-def readiness(*, fresh: bool = False) -> list[Check]:
-    global _cache
-    now = time.monotonic()
-    if not fresh and _cache is not None and now - _cache[0] < CACHE_SECONDS:
-        return _cache[1]
-    checks = [check() for check in READINESS_CHECKS]
-    _cache = (now, checks)
-    return checks
-
-
 def open_alerts(limit: int = 10) -> list[dict]:
     try:
         from webhooks.models import Alert
@@ -95,14 +74,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    checks = readiness()
-    ready = all(c.ok for c in checks)
-    body = {
-        "status": "ready" if ready else "not ready",
-        "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
-        # Open delivery alerts are for operators; they do not make the instance unready.
-        "alerts": open_alerts(),
-    }
+    """The same gate as the agent card (agents/readiness.py), plus the broker check."""
+    from agents import readiness as gate
+
+    state = gate.current()
+    broker = check_broker()
+    ready = state.ready and broker.ok
+    body = state.as_json()
+    body["status"] = "ready" if ready else "not ready"
+    body["checks"]["broker"] = {"ok": broker.ok, "detail": broker.detail}
+    # Open delivery alerts are for operators; they do not make the instance unready.
+    body["alerts"] = open_alerts()
     response = JsonResponse(body, status=200 if ready else 503)
     if not ready:
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)

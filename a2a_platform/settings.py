@@ -207,6 +207,12 @@ A2A_API_KEY_CACHE_SECONDS = env.float(
 )
 # Blocking SendMessage returns the task as it is after this many seconds at most.
 A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = env.float("A2A_SEND_MESSAGE_MAX_WAIT_SECONDS", default=30)
+# SSE streams: an idle stream gets a comment line every A2A_SSE_KEEPALIVE_SECONDS (proxies and
+# clients keep it open); a web process serves at most A2A_MAX_STREAMS at once (beyond: 503 +
+# Retry-After); on shutdown each open stream is told `retry: A2A_SSE_SHUTDOWN_RETRY_MS`.
+A2A_SSE_KEEPALIVE_SECONDS = env.float("A2A_SSE_KEEPALIVE_SECONDS", default=15)
+A2A_MAX_STREAMS = env.int("A2A_MAX_STREAMS", default=2000)
+A2A_SSE_SHUTDOWN_RETRY_MS = env.int("A2A_SSE_SHUTDOWN_RETRY_MS", default=1000)
 # Request bodies above this are refused from Content-Length, before reading.
 A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=4 * 1024 * 1024)
 A2A_JSONRPC_MAX_BATCH = env.int("A2A_JSONRPC_MAX_BATCH", default=20)
@@ -225,6 +231,9 @@ A2A_WEBHOOK_AUTH_RETRY_SCHEDULE = env.list(
     "A2A_WEBHOOK_AUTH_RETRY_SCHEDULE", default=["60", "120", "180", "240"]
 )
 A2A_WEBHOOK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_TIMEOUT_SECONDS", default=10)
+# A claimed delivery is leased for the timeout plus this margin: a worker that dies mid-send
+# delays it by that much, then the sweeper hands it to another worker.
+A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS", default=30)
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
@@ -239,3 +248,11 @@ A2A_RETENTION_BATCH = env.int("A2A_RETENTION_BATCH", default=5000)
 # private, ...); plain http is accepted only to these. Empty: public https destinations only.
 # webhooks/ssrf.py reads it at call time. `make run` with a local receiver: 127.0.0.0/8,::1/128.
 A2A_WEBHOOK_ALLOWED_NETWORKS = env.list("A2A_WEBHOOK_ALLOWED_NETWORKS", default=[])
+
+# --- Readiness ----------------------------------------------------------------------------
+A2A_HEARTBEAT_INTERVAL_SECONDS = env.int("A2A_HEARTBEAT_INTERVAL_SECONDS", default=5)
+# A worker whose last heartbeat is older than this is not live.
+A2A_HEARTBEAT_FRESH_SECONDS = env.int("A2A_HEARTBEAT_FRESH_SECONDS", default=20)
+A2A_READINESS_CACHE_SECONDS = env.float("A2A_READINESS_CACHE_SECONDS", default=1.0)
+# On SIGTERM a web instance answers not-ready for this long before it stops accepting.
+A2A_SHUTDOWN_GRACE_SECONDS = env.float("A2A_SHUTDOWN_GRACE_SECONDS", default=5)

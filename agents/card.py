@@ -57,8 +57,13 @@ def security(agent: Agent) -> dict[str, Any]:
                 }
             },
         },
-        # Alternatives: either scheme authenticates.
-        "securityRequirements": [{"schemes": {"bearer": {}}}, {"schemes": {"apiKey": {}}}],
+        # Alternatives: either scheme authenticates. API keys carry one implicit scope,
+        # `invoke`, named so the card has no empty value (signed cards must not: verifiers
+        # disagree about empties, docs/decisions.md).
+        "securityRequirements": [
+            {"schemes": {"bearer": {"list": ["invoke"]}}},
+            {"schemes": {"apiKey": {"list": ["invoke"]}}},
+        ],
     }
 
 

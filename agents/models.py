@@ -165,3 +165,43 @@ class SigningKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kid} ({self.state})"
+
+
+class WorkerHeartbeat(models.Model):
+    """Proof that a Celery worker is live end to end (broker → worker → store).
+
+    Beat schedules `agents.heartbeat` on the `heartbeat` queue; the worker that runs it writes
+    this row, naming the queues it consumes and whether it has re-enqueued its due backlog
+    since it started. The readiness gate reads these rows (agents/readiness.py).
+    """
+
+    hostname = models.CharField(max_length=255, unique=True)
+    queues = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    backlog_reenqueued_at = models.DateTimeField(null=True, blank=True)
+    beat_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-beat_at"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class CardVersion(models.Model):
+    """Every distinct card an agent has served (content hash = ETag), with when."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="card_versions")
+    content_hash = models.CharField(max_length=64)
+    card = models.JSONField()
+    first_served_at = models.DateTimeField()
+    last_served_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_served_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "content_hash"], name="cardversion_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.content_hash[:12]}"

@@ -64,10 +64,13 @@ class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    def start(
+        self, cmd: list[str], env: dict[str, str], name: str | None = None
+    ) -> subprocess.Popen:
         log_dir = ROOT / "var" / "bench"
         log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(log_dir / f"{Path(cmd[0]).name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        name = name or f"{Path(cmd[0]).name}-{len(self.procs)}"
+        log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -126,6 +129,38 @@ class Procs:
                 return
             time.sleep(0.2)
         raise RuntimeError("worker did not start; see var/bench/")
+
+    def celery_worker(
+        self,
+        database_url: str,
+        name: str,
+        *,
+        queues: str = "agents",
+        pool: str | None = None,
+        concurrency: int = 2,
+        wait: bool = True,
+        **extra_env: str,
+    ) -> subprocess.Popen:
+        """A Celery worker (`-n name@%h`, log var/bench/<name>.log); `wait` until it is ready."""
+        cmd = [str(BIN / "celery"), "-A", "a2a_platform", "worker", "-Q", queues]
+        cmd += ["-n", f"{name}@%h"]
+        cmd += ["-P", pool] if pool else []
+        cmd += ["-c", str(concurrency), "--without-gossip", "--without-mingle", "-l", "INFO"]
+        proc = self.start(cmd, platform_env(database_url, **extra_env), name=name)
+        if wait:
+            self.wait_ready(proc, name)
+        return proc
+
+    def wait_ready(self, proc: subprocess.Popen, name: str, timeout: float = 60) -> None:
+        log = ROOT / "var" / "bench" / f"{name}.log"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}; see {log}")
+            if log.exists() and " ready." in log.read_text(errors="replace"):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} did not start; see {log}")
 
     def stop(self) -> None:
         for proc in self.procs:

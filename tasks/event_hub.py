@@ -54,7 +54,7 @@ class EventHub:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._runner
-        self._connected.clear()
+        self._mark_connected(False)
         self._wake_all()
 
     def subscribe(self, task_id: object) -> asyncio.Future:
@@ -96,6 +96,16 @@ class EventHub:
             self.unsubscribe(task_id, fut)
 
     # --- internals -------------------------------------------------------------------------
+    def _mark_connected(self, connected: bool) -> None:
+        # The event for waiters in this loop; the module-level set for readers in other
+        # threads (/readyz runs in Django's thread pool).
+        if connected:
+            self._connected.set()
+            _connected_hubs.add(id(self))
+        else:
+            self._connected.clear()
+            _connected_hubs.discard(id(self))
+
     def _wake(self, task_id: str) -> None:
         self.notifications += 1
         for fut in self._waiters.pop(task_id, ()):
@@ -117,7 +127,7 @@ class EventHub:
                 raise
             except Exception:
                 logger.warning("event hub lost its connection; reconnecting", exc_info=True)
-            self._connected.clear()
+            self._mark_connected(False)
             # Anything may have happened while disconnected: let every waiter re-read.
             self._wake_all()
             await asyncio.sleep(RECONNECT_DELAY_SECONDS)
@@ -128,7 +138,7 @@ class EventHub:
         conninfo = _pg_conninfo()
         async with await psycopg.AsyncConnection.connect(autocommit=True, **conninfo) as conn:
             await conn.execute(f"LISTEN {CHANNEL}")
-            self._connected.set()
+            self._mark_connected(True)
             self._wake_all()
             logger.info("event hub listening", extra={"channel": CHANNEL})
             async for note in conn.notifies():
@@ -149,7 +159,7 @@ class EventHub:
             return [(i, str(t)) for i, t in rows]
 
         last = await run_orm(newest)
-        self._connected.set()
+        self._mark_connected(True)
         interval = settings.A2A_EVENT_HUB_POLL_SECONDS
         while True:
             await asyncio.sleep(interval)
@@ -183,6 +193,16 @@ def get_hub() -> EventHub:
     if hub is None:
         hub = _hubs[loop] = EventHub()
     return hub
+
+
+# Ids of this process's connected hubs, kept by the hubs themselves: a plain set any thread
+# may read (set add/discard are atomic), unlike the per-loop registry above.
+_connected_hubs: set[int] = set()
+
+
+def process_hub_connected() -> bool:
+    """Whether an event hub of this process is connected (readable from any thread)."""
+    return bool(_connected_hubs)
 
 
 async def wait_for_task_event(task_id: object, after_seq: int, timeout: float) -> bool:

@@ -25,6 +25,10 @@ class Task(models.Model):
     status_timestamp = models.DateTimeField()
     status_message = models.JSONField(null=True, blank=True, help_text="A2A Message (ProtoJSON)")
     metadata = models.JSONField(default=dict, blank=True)
+    # The card this agent served when the task was created: what the client may still trust.
+    card_version = models.ForeignKey(
+        "agents.CardVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The agent answered the first message with a direct Message instead of task work.
     answered_with_message = models.BooleanField(default=False)
     last_seq = models.PositiveIntegerField(default=0)

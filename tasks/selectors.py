@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection, transaction
 
 from tasks.models import Task, TaskEvent
 
@@ -38,3 +42,16 @@ def events_after(*, task_id: object, after_seq: int, limit: int = 500) -> list[T
 
 def last_seq(task_id: object) -> int | None:
     return Task.objects.filter(pk=task_id).values_list("last_seq", flat=True).first()
+
+
+@contextmanager
+def consistent_reads() -> Iterator[None]:
+    """A read-only transaction whose queries all see one committed state (REPEATABLE READ on
+    PostgreSQL; SQLite reads one snapshot per transaction anyway): a task snapshot whose
+    history and artifacts agree with its `last_seq`, so a stream resuming after that seq
+    neither repeats nor skips an event."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield

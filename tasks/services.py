@@ -115,7 +115,13 @@ def _set_status(task: Task, to_state: TaskState, status_message: dict | None) ->
 
 
 def _open_task(
-    *, agent: Any, owner: str, msg: a2a_pb2.Message, context_id: str | None, metadata: dict | None
+    *,
+    agent: Any,
+    owner: str,
+    msg: a2a_pb2.Message,
+    context_id: str | None,
+    metadata: dict | None,
+    card_version_id: int | None = None,
 ) -> tuple[Task, Message]:
     """Inside a transaction: the rows of a new task, in as few statements as possible
     (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
@@ -133,6 +139,7 @@ def _open_task(
         status_timestamp=next_status_timestamp(None, timezone.now()),
         metadata=metadata or {},
         last_seq=1,
+        card_version_id=card_version_id,
     )
     task.save(force_insert=True)
     first = _store_message(task, msg)
@@ -323,6 +330,7 @@ def task_send(
     message: MessageInput,
     request_hash: str | None = None,
     metadata: dict[str, Any] | None = None,
+    card_version_id: int | None = None,
 ) -> SendResult:
     """SendMessage's write: open a task, or continue the one the message names.
 
@@ -346,7 +354,12 @@ def task_send(
                 created = False
             else:
                 task, first = _open_task(
-                    agent=agent, owner=owner, msg=msg, context_id=None, metadata=metadata
+                    agent=agent,
+                    owner=owner,
+                    msg=msg,
+                    context_id=None,
+                    metadata=metadata,
+                    card_version_id=card_version_id,
                 )
                 created = True
             if request_hash:

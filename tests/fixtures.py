@@ -42,3 +42,28 @@ def procs(tmp_path):
         p.stop()
         # Captured by pytest: shown only when the test failed.
         print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
+
+
+@pytest.fixture
+def receivers(tmp_path):
+    """Start webhook receiver processes (tests.webhook_receiver) with `receivers.start(name)`;
+    all stopped at the end."""
+    from tests.webhook_receiver import ReceiverProcess
+
+    class Receivers:
+        def __init__(self) -> None:
+            self.started: list[ReceiverProcess] = []
+
+        def start(self, name: str = "receiver", **behaviour) -> ReceiverProcess:
+            receiver = ReceiverProcess(tmp_path, name=name)
+            if behaviour:
+                receiver.behave(**behaviour)
+            self.started.append(receiver)
+            return receiver.start()
+
+    holder = Receivers()
+    yield holder
+    for receiver in holder.started:
+        receiver.stop()
+        records = [(r.n, r.header("x-a2a-task-seq"), r.answer) for r in receiver.records()]
+        print(f"----- {receiver.name} records -----\n{records}")  # noqa: T201

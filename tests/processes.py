@@ -97,8 +97,12 @@ def start_worker(
     name: str = "worker",
     queues: str = "agents,webhooks,heartbeat",
     concurrency: int = 2,
+    pool: str | None = None,
+    extra_args: tuple[str, ...] = (),
     **env: str,
 ) -> Proc:
+    """A Celery worker; `pool` picks the execution pool (`threads` is the I/O-concurrent pool
+    the webhooks queue runs on; default: Celery's prefork)."""
     proc = Proc(
         name,
         [
@@ -110,12 +114,14 @@ def start_worker(
             queues,
             "-c",
             str(concurrency),
+            *(["-P", pool] if pool else []),
             "-n",
             f"{name}@%h",
             "--without-gossip",
             "--without-mingle",
             "--loglevel",
             "INFO",
+            *extra_args,
         ],
         process_env(**env),
         log_dir,

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
@@ -39,7 +39,6 @@ from webhooks.transport import TransportResult
 logger = logging.getLogger(__name__)
 
 SECRET_HEADERS = {"authorization", "x-a2a-notification-token"}
-LEASE_MARGIN_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ def delivery_claim_head(*, config_pk: int, manual: bool = False) -> Claim | None
         ).count()
         if in_flight >= settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT:
             return None
-        lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + LEASE_MARGIN_SECONDS
+        lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
         head.state = DeliveryState.SENDING
         head.attempts += 1
         head.next_attempt_at = now + timedelta(seconds=lease)
@@ -258,10 +257,17 @@ def due_configs(limit: int = 1000) -> list[int]:
     """Configs whose head is due (lost messages, dead workers, retries whose countdown message
     was lost with its worker): what the sweeper re-enqueues."""
     now = timezone.now()
+    # Only a head counts (a config's oldest open delivery; one per config, so no duplicates):
+    # the pending rows queued behind a head that waits for its retry are "due" too, and must
+    # not fill `limit` ahead of other configs' due heads. Longest-waiting heads first.
+    older_open = Delivery.objects.filter(
+        config_id=OuterRef("config_id"), state__in=OPEN_DELIVERY_STATES, id__lt=OuterRef("id")
+    )
     return list(
         Delivery.objects.filter(state__in=OPEN_DELIVERY_STATES, next_attempt_at__lte=now)
-        .values_list("config_id", flat=True)
-        .distinct()[:limit]
+        .exclude(Exists(older_open))
+        .order_by("next_attempt_at", "id")
+        .values_list("config_id", flat=True)[:limit]
     )
 
 

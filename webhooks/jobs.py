@@ -47,3 +47,19 @@ def purge_old_rows_job() -> dict:
 
     purged = purge_old_rows()
     return {"deliveries": purged.deliveries, "events": purged.events}
+
+
+@shared_task(name="heartbeat.beat", bind=True)
+def heartbeat_job(self) -> str:
+    """Beat → broker (`heartbeat` queue) → this worker → the database: the proof of life the
+    readiness gate reads (agents/readiness.py). A worker whose row is missing registers again,
+    re-enqueueing its backlog first."""
+    from agents.readiness import heartbeat
+    from webhooks.signals import register_worker
+
+    hostname = self.request.hostname or "unknown"
+    if not heartbeat(hostname=hostname):
+        register_worker(self.app, hostname)
+        heartbeat(hostname=hostname)
+        return "registered"
+    return "beat"

@@ -36,7 +36,10 @@ from webhooks.models import (
 from webhooks.ssrf import UnsafeDestination, check_url
 
 DELIVER_CONFIG_JOB = "webhooks.deliver_config"
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}$")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
+# Token and credentials travel in request headers: printable ASCII only (a newline or a
+# non-ASCII character would make every delivery of the config fail to be sent).
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 
 
 def body_bytes(payload: dict[str, Any]) -> str:
@@ -56,14 +59,16 @@ def _validate(config: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
         raise InvalidPayload("url", "is required")
     if len(cfg.id) > 255:
         raise InvalidPayload("id", "must be at most 255 characters")
-    if len(cfg.token) > 1024:
-        raise InvalidPayload("token", "must be at most 1024 characters")
+    if len(cfg.token) > 1024 or not _HEADER_VALUE.fullmatch(cfg.token):
+        raise InvalidPayload("token", "must be printable ASCII, at most 1024 characters")
     if cfg.HasField("authentication"):
         auth = cfg.authentication
-        if not _SCHEME.match(auth.scheme):
+        if not _SCHEME.fullmatch(auth.scheme):
             raise InvalidPayload("authentication.scheme", "must be an HTTP auth scheme name")
-        if len(auth.credentials) > 4096 or "\n" in auth.credentials or "\r" in auth.credentials:
-            raise InvalidPayload("authentication.credentials", "must be one line, at most 4 KiB")
+        if len(auth.credentials) > 4096 or not _HEADER_VALUE.fullmatch(auth.credentials):
+            raise InvalidPayload(
+                "authentication.credentials", "must be printable ASCII, at most 4 KiB"
+            )
     try:
         check_url(cfg.url)
     except UnsafeDestination as exc:
@@ -185,7 +190,8 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         push.deleted_at = now
         push.save(update_fields=["deleted_at"])
         push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
-        push.deliveries.filter(state=DeliveryState.PENDING).update(
+        # In-flight ones too: their attempt's outcome is then stale and never re-opens them.
+        push.deliveries.filter(state__in=OPEN_DELIVERY_STATES).update(
             state=DeliveryState.CANCELED, finished_at=now
         )
 

@@ -2,8 +2,9 @@
 
 Thin: resolve the route, read and check the body, build the caller's context, call one
 operation, render. JSON-RPC answers `application/json`, HTTP+JSON `application/a2a+json`.
-Served outside Django's request cycle so a blocking SendMessage (and, later, a stream) holds
-no thread and no database connection while it waits.
+Served outside Django's request cycle so a blocking SendMessage or an SSE stream holds no
+thread and no database connection while it waits. Streams: sse.py frames and serves them,
+streams.py is the operation.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -18,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from a2a_platform.orm import run_orm
-from a2a_platform.protocol import operations, v03
+from a2a_platform.protocol import operations, sse, streams, v03
 from a2a_platform.protocol.body import parse_json, read_body
 from a2a_platform.protocol.context import (
     V03,
@@ -38,6 +40,8 @@ from a2a_platform.protocol.errors import (
 )
 from a2a_platform.protocol.routes import Route, resolve
 from a2a_platform.ttl_cache import TTLCache
+from agents.cards import EmptyCardValue
+from agents.readiness import RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +103,27 @@ async def _card(request: Request, route: Route) -> Response:
         ctx = await _ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return _rest_error(exc)
-    cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root)
+    readiness = await operations.readiness_now()
+    if not readiness.card_servable:
+        # Never ready (or shutting down): a 503 is honest, a card would be a promise we
+        # cannot keep (incidents/card-published-before-dispatcher.md).
+        return Response(
+            _dumps({"status": "not ready", "failing": readiness.failing()}),
+            status_code=503,
+            media_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
+        )
+    caps = operations.capabilities(ctx, readiness)
+    # The capabilities are part of the key: a flip serves a new card (and a new ETag).
+    cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root, *caps.items())
     cached = _cards.get(cache_key)
-    if cached is None:
-        # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win).
-        body = _dumps(v03.card(operations.public_card(ctx)))
-        cached = _cards.put(cache_key, (body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'))
-    body, etag = cached
+    if cached is None or time.monotonic() - cached[3] >= 60:
+        try:
+            cached = _cards.put(cache_key, await run_orm(lambda: _served_card(ctx, caps)))
+        except EmptyCardValue as exc:
+            logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
+            return _rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
+    body, etag = cached[0], cached[1]
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)
@@ -136,9 +154,30 @@ async def _jwks(request: Request, route: Route) -> Response:
 # --- JSON-RPC ------------------------------------------------------------------------------
 
 
-# Rendered cards by (agent, its last edit, origin, root): rendering goes through protobuf and
-# the v0.3 models, far costlier than serving bytes. Keyed on the edit time, so never stale.
-_cards: TTLCache[tuple[bytes, str]] = TTLCache(lambda: 300)
+# Served cards by (agent, its last edit, origin, root, capabilities): rendering goes through
+# protobuf, signing and the v0.3 models, far costlier than serving bytes. Keyed on everything
+# the card depends on, so never stale; re-recorded as served at most once a minute.
+_cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
+
+
+def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
+    """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
+    from agents.card import agent_base_url
+    from agents.cards import card_version_record, sign_card
+
+    jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
+    card = sign_card(
+        ctx.agent,
+        operations.public_card(ctx, caps),
+        jwks_url=f"{jwks_url}/.well-known/jwks.json",
+    )
+    # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win; the
+    # signature covers the v1.0 card, which is what v1.0 verifiers parse).
+    served = v03.card(card)
+    body = _dumps(served)
+    digest = hashlib.sha256(body).hexdigest()
+    version = card_version_record(agent=ctx.agent, content_hash=digest, card=served)
+    return body, f'"{digest[:32]}"', version, time.monotonic()
 
 
 def _rpc_response(id_: Any, *, result: Any = None, error: ProtocolError | None = None) -> dict:
@@ -148,9 +187,10 @@ def _rpc_response(id_: Any, *, result: Any = None, error: ProtocolError | None =
 
 
 def _http_status(error: ProtocolError) -> int:
-    # JSON-RPC errors travel with HTTP 200, except the transport-level refusals a proxy or
-    # client library must see: too large, unauthenticated, temporarily unavailable.
-    return error.kind.http_status if error.kind.http_status in (401, 413, 503) else 200
+    # JSON-RPC errors travel with HTTP 200 (temporary refusals carry a RetryInfo detail and a
+    # Retry-After header), except the transport-level refusals a proxy or client library must
+    # see: too large, unauthenticated.
+    return error.kind.http_status if error.kind.http_status in (401, 413) else 200
 
 
 async def _jsonrpc(request: Request, route: Route) -> Response:
@@ -192,7 +232,15 @@ async def _jsonrpc(request: Request, route: Route) -> Response:
             return Response(status_code=204)
         return Response(_dumps(answers), media_type=JSONRPC_MEDIA)
 
-    answer, status = await _rpc_one(payload, header_version, ctx_for, in_batch=False)
+    answer, status = await _rpc_one(
+        payload,
+        header_version,
+        ctx_for,
+        in_batch=False,
+        last_event_id=request.headers.get("last-event-id"),
+    )
+    if isinstance(answer, sse.SSEResponse):
+        return answer
     if answer is None:
         return Response(status_code=204)
     headers = {}
@@ -200,14 +248,22 @@ async def _jsonrpc(request: Request, route: Route) -> Response:
         activated = next(iter(ctx_cache.values())).activated_extensions
         if activated:
             headers["A2A-Extensions"] = ",".join(sorted(activated))
-    if "error" in answer and status != 200:
-        headers.update(answer.pop("_headers", {}))
+    if "error" in answer:
+        headers.update(answer.pop("_headers", {}))  # WWW-Authenticate, Retry-After
     answer.pop("_headers", None)
     return Response(_dumps(answer), status_code=status, media_type=JSONRPC_MEDIA, headers=headers)
 
 
-async def _rpc_one(item: Any, header_version: str | None, ctx_for, *, in_batch: bool):
-    """(response dict or None for a notification, HTTP status)."""
+async def _rpc_one(
+    item: Any,
+    header_version: str | None,
+    ctx_for,
+    *,
+    in_batch: bool,
+    last_event_id: str | None = None,
+):
+    """(response dict, an SSEResponse for a stream, or None for a notification; HTTP
+    status)."""
     if not isinstance(item, dict):
         return _rpc_response(None, error=ProtocolError(INVALID_REQUEST, "not an object")), 200
     id_ = item.get("id")
@@ -234,6 +290,12 @@ async def _rpc_one(item: Any, header_version: str | None, ctx_for, *, in_batch: 
         if tenant is not None and (not isinstance(tenant, str) or not tenant):
             raise invalid_params("tenant", "must be a non-empty string")
         ctx = await ctx_for(version, tenant)
+        if op_name in operations.STREAMING_OPERATIONS:
+            stream = await _open_stream(ctx, op_name, params or {}, last_event_id, rpc_id=id_)
+            if is_notification:
+                await stream.discard()  # nobody listens; what it wrote stays written
+                return None, 204
+            return stream, 200
         if version == V03:
             result = await v03.call(ctx, op_name, params or {})
         else:
@@ -246,7 +308,9 @@ async def _rpc_one(item: Any, header_version: str | None, ctx_for, *, in_batch: 
         if version == V03:
             answer["error"] = v03.jsonrpc_error(error)
         answer["_headers"] = error.headers()
-        return answer, _http_status(error)
+        # A stream refused for capacity is a transport-level refusal (503 + Retry-After on
+        # both bindings): a load balancer or client may retry it elsewhere.
+        return answer, 503 if error.reason in sse.CAPACITY_REASONS else _http_status(error)
     if is_notification:
         return None, 204
     return _rpc_response(id_, result=result), 200
@@ -320,6 +384,9 @@ async def _rest(request: Request, route: Route) -> Response:
                 params.update(data)
         params.update(_path_params(route))
         ctx = await _ctx(request, route.tenant, version)
+        if route.name in operations.STREAMING_OPERATIONS:
+            last_event_id = request.headers.get("last-event-id")
+            return await _open_stream(ctx, route.name, params, last_event_id, rest=True)
         if version == V03:
             result = await v03.call(ctx, route.name, params, rest=True)
         else:
@@ -332,6 +399,58 @@ async def _rest(request: Request, route: Route) -> Response:
         headers["A2A-Extensions"] = ",".join(sorted(ctx.activated_extensions))
     media = "application/json" if route.legacy else REST_MEDIA
     return Response(_dumps(result), media_type=media, headers=headers)
+
+
+# --- Streams (SSE) ---------------------------------------------------------------------------
+
+
+async def _open_stream(
+    ctx: Ctx,
+    op: str,
+    params: dict[str, Any],
+    last_event_id: str | None,
+    *,
+    rpc_id: Any = None,
+    rest: bool = False,
+) -> sse.SSEResponse:
+    """Take a stream slot, open the operation (errors here are ordinary error responses),
+    and frame its events for the binding: JSON-RPC `{"jsonrpc","id","result"}` or the bare
+    StreamResponse (HTTP+JSON), v0.3 shapes for v0.3 clients; `id: <task seq>` on each."""
+    slot = sse.admit()
+    try:
+        resume_after = streams.parse_last_event_id(last_event_id)
+        if ctx.version == V03:
+            stream = await v03.open_stream(ctx, op, params, rest=rest, resume_after=resume_after)
+        else:
+            stream = await streams.OPEN[op](ctx, params, resume_after=resume_after)
+    except BaseException:
+        slot.release()
+        raise
+    legacy = ctx.version == V03
+
+    def render(event: streams.StreamEvent) -> sse.Frame:
+        result = event.response
+        if legacy:
+            result = v03.stream_event(result, last=event.last, rest=rest)
+        if not rest:
+            result = _rpc_response(rpc_id, result=result)
+        return sse.Frame(_dumps(result), id=event.seq)
+
+    def render_error(error: ProtocolError) -> sse.Frame:
+        if rest:
+            body = v03.rest_error(error) if legacy else error.rest_body()
+        else:
+            body = _rpc_response(rpc_id, error=error)
+            if legacy:
+                body["error"] = v03.jsonrpc_error(error)
+        return sse.Frame(_dumps(body), event="error")
+
+    headers = {}
+    if ctx.activated_extensions:
+        headers["A2A-Extensions"] = ",".join(sorted(ctx.activated_extensions))
+    return sse.SSEResponse(
+        stream, slot=slot, render=render, render_error=render_error, headers=headers
+    )
 
 
 def _path_params(route: Route) -> dict[str, str]:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,11 +29,13 @@ from a2a_platform.protocol.errors import (
     PUSH_NOT_SUPPORTED,
     TASK_NOT_FOUND,
     UNAUTHENTICATED,
+    UNAVAILABLE,
     UNSUPPORTED_OPERATION,
     ProtocolError,
     from_domain,
     invalid_params,
 )
+from a2a_platform.ttl_cache import TTLCache
 from agents.card import render_card
 from tasks import services, wire
 from tasks.event_hub import get_hub
@@ -144,7 +147,21 @@ def _request_hash(params: Params) -> str:
 # --- SendMessage ---------------------------------------------------------------------------
 
 
-async def send_message(ctx: Ctx, params: Params) -> dict:
+@dataclass(frozen=True)
+class Accepted:
+    """A client message written by SendMessage or SendStreamingMessage."""
+
+    result: services.SendResult
+    history_length: int | None
+    return_immediately: bool
+    snapshot: dict | None = None  # the task as of this write, rendered in its transaction
+
+
+async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = False) -> Accepted:
+    """Validate and write a client message: the one write path of SendMessage and
+    SendStreamingMessage (a new task or a follow-up, its inline push config and the
+    idempotency receipt in one transaction). `render_snapshot`: also render the task exactly
+    as of this write, inside the transaction (a stream's cursor starts there)."""
     req = parse_request(params, a2a_pb2.SendMessageRequest)
     if not req.HasField("message"):
         raise invalid_params("message", "is required")
@@ -152,7 +169,7 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
     history_length = _history_length(config) if req.HasField("configuration") else None
     inline_push = None
     if config.HasField("task_push_notification_config"):
-        _require_push(ctx)
+        await _require_push(ctx)
         inline_push = params["configuration"].get("taskPushNotificationConfig") or params[
             "configuration"
         ].get("task_push_notification_config")
@@ -180,20 +197,37 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
                 message=msg,
                 request_hash=request_hash,
                 metadata=metadata,
+                card_version_id=_card_version_id(ctx.agent),
             )
             if inline_push is not None and not result.replayed:
                 push_config_create(
                     task=result.task, config=_config_params(inline_push), issuer=issuer
                 )
-        return result
+            written = None
+            if render_snapshot and not result.replayed:
+                written = _written_snapshot(result, history_length)
+        return Accepted(result, history_length, config.return_immediately, written)
 
-    result = await orm(write)
+    return await orm(write)
+
+
+def _written_snapshot(result: services.SendResult, history_length: int | None) -> dict:
+    if result.first_message is not None:
+        # A task created by this very write: everything to render is in hand (no queries).
+        history = [result.first_message] if history_length != 0 else None
+        return wire.task_json(result.task, history=history)
+    return snapshot(result.task, history_length=history_length)
+
+
+async def send_message(ctx: Ctx, params: Params) -> dict:
+    accepted = await accept_message(ctx, params)
+    result, history_length = accepted.result, accepted.history_length
     task_id = result.task.pk
-    if config.return_immediately and result.first_message is not None:
+    if accepted.return_immediately and result.first_message is not None:
         # A task created by this very call: everything to render is in hand (no queries).
         history = [result.first_message] if history_length != 0 else None
         return {"task": wire.task_json(result.task, history=history)}
-    if not config.return_immediately:
+    if not accepted.return_immediately:
         # A follow-up to an interrupted task finds it INPUT_REQUIRED: that is not the answer.
         follow_up = not result.created and not result.replayed
         await wait_until_settled(
@@ -241,12 +275,18 @@ async def wait_until_settled(
         await hub.wait_for_task_event(task_id, row[1], remaining)
 
 
-async def send_streaming_message(ctx: Ctx, params: Params) -> dict:
-    raise ProtocolError(UNSUPPORTED_OPERATION, "streaming is not offered by this agent yet")
+async def send_streaming_message(ctx: Ctx, params: Params, *, resume_after: int | None = None):
+    """A TaskStream (protocol/streams.py); the bindings frame it as SSE."""
+    from a2a_platform.protocol import streams
+
+    return await streams.send_streaming_message(ctx, params, resume_after=resume_after)
 
 
-async def subscribe_to_task(ctx: Ctx, params: Params) -> dict:
-    raise ProtocolError(UNSUPPORTED_OPERATION, "streaming is not offered by this agent yet")
+async def subscribe_to_task(ctx: Ctx, params: Params, *, resume_after: int | None = None):
+    """A TaskStream (protocol/streams.py); the bindings frame it as SSE."""
+    from a2a_platform.protocol import streams
+
+    return await streams.subscribe_to_task(ctx, params, resume_after=resume_after)
 
 
 # --- Tasks ---------------------------------------------------------------------------------
@@ -342,9 +382,40 @@ def _card_url(ctx: Ctx) -> str:
     return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
 
 
-def _require_push(ctx: Ctx) -> None:
-    if not public_card(ctx)["capabilities"].get("pushNotifications"):
+_card_versions: TTLCache[int | None] = TTLCache(lambda: 5)
+
+
+def _card_version_id(agent) -> int | None:
+    """The card version a new task records (the agent's last served card; cached 5 s)."""
+    from agents.cards import current_card_version_id
+
+    cached = _card_versions.get(agent.pk)
+    if cached is None:
+        cached = _card_versions.put(agent.pk, current_card_version_id(agent))
+    return cached
+
+
+async def readiness_now():
+    """This instance's readiness (cached ≤ A2A_READINESS_CACHE_SECONDS; a cache miss costs one
+    short ORM call)."""
+    from agents import readiness
+
+    return readiness.cached_or_none() or await run_orm(readiness.current)
+
+
+async def _require_push(ctx: Ctx) -> None:
+    """Push registrations are accepted only when they will be delivered: refused for good if
+    the operator switched push off, refused with a retry hint while no delivery worker is
+    live (never accepted and dropped)."""
+    if not ctx.agent.push_notifications_enabled:
         raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+    if not (await readiness_now()).delivery_live:
+        raise ProtocolError(
+            UNAVAILABLE,
+            "no webhook delivery worker is live right now; retry shortly",
+            reason="PUSH_DELIVERY_UNAVAILABLE",
+            retry_after=5,
+        )
 
 
 def _config_params(params: Params) -> Params:
@@ -354,7 +425,7 @@ def _config_params(params: Params) -> Params:
 async def create_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import push_config_create, push_config_json
 
-    _require_push(ctx)
+    await _require_push(ctx)
     req = parse_request(params, a2a_pb2.TaskPushNotificationConfig)
     if not req.task_id:
         raise invalid_params("taskId", "is required")
@@ -378,7 +449,7 @@ def _task_and_config_id(params: Params, proto_cls: type) -> tuple[str, str]:
 async def get_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import current_binding, push_config_json
 
-    _require_push(ctx)
+    await _require_push(ctx)
     task_id, config_id = _task_and_config_id(params, a2a_pb2.GetTaskPushNotificationConfigRequest)
     if not config_id:
         raise invalid_params("id", "is required")
@@ -390,7 +461,7 @@ async def get_push_config(ctx: Ctx, params: Params) -> dict:
 async def list_push_configs(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import current_bindings, push_config_json
 
-    _require_push(ctx)
+    await _require_push(ctx)
     task_id, _ = _task_and_config_id(params, a2a_pb2.ListTaskPushNotificationConfigsRequest)
 
     def read():
@@ -403,7 +474,7 @@ async def list_push_configs(ctx: Ctx, params: Params) -> dict:
 async def delete_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import push_config_delete
 
-    _require_push(ctx)
+    await _require_push(ctx)
     task_id, config_id = _task_and_config_id(
         params, a2a_pb2.DeleteTaskPushNotificationConfigRequest
     )
@@ -416,8 +487,17 @@ async def delete_push_config(ctx: Ctx, params: Params) -> dict:
 # --- Cards ---------------------------------------------------------------------------------
 
 
-def public_card(ctx: Ctx) -> dict:
-    return render_card(ctx.agent, origin=ctx.origin, at_root=ctx.at_root)
+def capabilities(ctx: Ctx, readiness) -> dict[str, bool]:
+    """What this instance can honour for this agent right now (computed per request)."""
+    return {
+        "pushNotifications": ctx.agent.push_notifications_enabled and readiness.delivery_live,
+        # Streams ride this process's event hub (read in the event loop that runs it).
+        "streaming": ctx.agent.streaming_enabled and get_hub().connected,
+    }
+
+
+def public_card(ctx: Ctx, caps: dict[str, bool] | None = None) -> dict:
+    return render_card(ctx.agent, origin=ctx.origin, at_root=ctx.at_root, capabilities=caps)
 
 
 async def get_extended_agent_card(ctx: Ctx, params: Params) -> dict:
@@ -425,7 +505,7 @@ async def get_extended_agent_card(ctx: Ctx, params: Params) -> dict:
         raise ProtocolError(UNSUPPORTED_OPERATION, "this agent has no extended agent card")
     if not ctx.authenticated:
         raise ProtocolError(UNAUTHENTICATED, "the extended agent card needs an API key")
-    return public_card(ctx)
+    return public_card(ctx, capabilities(ctx, await readiness_now()))
 
 
 OPERATIONS = {

@@ -22,7 +22,13 @@ from pydantic import ValidationError
 
 from a2a_platform.protocol import operations
 from a2a_platform.protocol.context import Ctx
-from a2a_platform.protocol.errors import DOMAIN, METHOD_NOT_FOUND, ProtocolError, invalid_params
+from a2a_platform.protocol.errors import (
+    DOMAIN,
+    METHOD_NOT_FOUND,
+    TASK_NOT_FOUND,
+    ProtocolError,
+    invalid_params,
+)
 
 METHODS = {
     "message/send": "SendMessage",
@@ -46,12 +52,33 @@ _REQUEST_MODELS = {
 }
 
 
+# Push-config operations: the v0.3 request model and the SDK conversion to the v1.0 request.
+_PUSH_OPS = {
+    "CreateTaskPushNotificationConfig": (
+        t03.SetTaskPushNotificationConfigRequest,
+        conversions.to_core_create_task_push_notification_config_request,
+    ),
+    "GetTaskPushNotificationConfig": (
+        t03.GetTaskPushNotificationConfigRequest,
+        conversions.to_core_get_task_push_notification_config_request,
+    ),
+    "ListTaskPushNotificationConfigs": (
+        t03.ListTaskPushNotificationConfigRequest,
+        conversions.to_core_list_task_push_notification_config_request,
+    ),
+    "DeleteTaskPushNotificationConfig": (
+        t03.DeleteTaskPushNotificationConfigRequest,
+        conversions.to_core_delete_task_push_notification_config_request,
+    ),
+}
+
+
 def _dump(model: Any) -> Any:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def _legacy_request(op: str, params: dict[str, Any]) -> Any:
-    model = _REQUEST_MODELS[op]
+    model = _PUSH_OPS[op][0] if op in _PUSH_OPS else _REQUEST_MODELS[op]
     try:
         return model.model_validate(
             {"jsonrpc": "2.0", "id": 0, "method": _METHOD_OF[op], "params": params}
@@ -115,6 +142,63 @@ def _rest_send_params(body: dict[str, Any]) -> dict[str, Any]:
         raise invalid_params("message", str(exc).splitlines()[0][:300]) from None
 
 
+def _rest_push_params(op: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A v0.3 HTTP+JSON push-config request (ids from the path; for create, a body that is
+    the v0.3 `CreateTaskPushNotificationConfigRequest` as JSON) as JSON-RPC v0.3 params."""
+    task_id = params.get("taskId", "")
+    if op == "ListTaskPushNotificationConfigs":
+        return {"id": task_id}
+    if op != "CreateTaskPushNotificationConfig":
+        return {"id": task_id, "pushNotificationConfigId": params.get("id", "")}
+    body = {k: v for k, v in params.items() if k not in ("taskId", "tenant")}
+    try:
+        req = json_format.ParseDict(
+            body, pb03.CreateTaskPushNotificationConfigRequest(), ignore_unknown_fields=True
+        )
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        raise invalid_params("config", str(exc).splitlines()[0][:300]) from None
+    config = _dump(
+        proto_utils.FromProto.push_notification_config(req.config.push_notification_config)
+    )
+    if req.config_id and not config.get("id"):
+        config["id"] = req.config_id
+    return {"taskId": task_id, "pushNotificationConfig": config}
+
+
+def _push_config_v03(config: dict[str, Any]) -> t03.TaskPushNotificationConfig:
+    proto = json_format.ParseDict(config, a2a_pb2.TaskPushNotificationConfig())
+    return conversions.to_compat_task_push_notification_config(proto)
+
+
+async def _push_call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool) -> Any:
+    """tasks/pushNotificationConfig/set|get|list|delete: v0.3 params validated with the SDK's
+    v0.3 models, translated with its conversions, run by the v1.0 operation, answered in v0.3
+    shapes (JSON-RPC: the v0.3 JSON types, `null` for delete; REST: v0.3 ProtoJSON)."""
+    core = json_format.MessageToDict(_PUSH_OPS[op][1](_legacy_request(op, params)))
+    if op == "GetTaskPushNotificationConfig" and not core.get("id"):
+        # v0.3 made `pushNotificationConfigId` optional: the task's first config answers.
+        listed = await operations.list_push_configs(ctx, {"taskId": core.get("taskId", "")})
+        if not listed["configs"]:
+            raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": core.get("taskId", "")[:100]})
+        result = listed["configs"][0]
+    else:
+        result = await operations.OPERATIONS[op](ctx, core)
+    if op == "DeleteTaskPushNotificationConfig":
+        return {} if rest else None
+    if op == "ListTaskPushNotificationConfigs":
+        configs = [_push_config_v03(c) for c in result["configs"]]
+        if rest:
+            proto = pb03.ListTaskPushNotificationConfigResponse(
+                configs=[proto_utils.ToProto.task_push_notification_config(c) for c in configs]
+            )
+            return _rest_json(proto)
+        return [_dump(c) for c in configs]
+    config = _push_config_v03(result)
+    if rest:
+        return _rest_json(proto_utils.ToProto.task_push_notification_config(config))
+    return _dump(config)
+
+
 def _rest_result(op: str, result: dict[str, Any]) -> dict[str, Any]:
     if op == "SendMessage" and result.get("kind") == "message":
         proto = proto_utils.ToProto.message(t03.Message.model_validate(result))
@@ -124,6 +208,10 @@ def _rest_result(op: str, result: dict[str, Any]) -> dict[str, Any]:
 
 
 async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False) -> Any:
+    if op in _PUSH_OPS:
+        return await _push_call(
+            ctx, op, _rest_push_params(op, params) if rest else params, rest=rest
+        )
     if rest and op in ("SendMessage", "GetTask", "CancelTask"):
         if op == "SendMessage":
             params = _rest_send_params(params)
@@ -144,7 +232,7 @@ async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False)
             return _rest_json(proto_utils.ToProto.agent_card(legacy_card))
         return card(card_v1)
     else:
-        # Streaming and push-config operations answer their v1.0 refusals for now.
+        # Not reached by the streaming operations: app.py opens them with open_stream.
         result = await handler(ctx, params)
     if op == "SendMessage":
         legacy = _task_v03(result["task"]) if "task" in result else _message_v03(result["message"])
@@ -199,3 +287,34 @@ def rest_error(error: ProtocolError) -> dict[str, Any]:
     if error.kind.domain == DOMAIN and error.kind.jsonrpc_code in _ERROR_TYPE:
         body["type"] = _ERROR_TYPE[error.kind.jsonrpc_code]
     return body
+
+
+# --- Streams ---------------------------------------------------------------------------------
+
+
+async def open_stream(
+    ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool, resume_after: int | None
+) -> Any:
+    """`message/stream` and `tasks/resubscribe` (and their REST routes): v0.3 params in, the
+    v1.0 TaskStream out; render its events with `stream_event`."""
+    if op == "SendStreamingMessage":
+        if rest:
+            params = _rest_send_params(params)
+        v1_params = _to_v1_params(op, params, rest)
+    else:
+        task_id = params.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise invalid_params("id", "is required")
+        v1_params = {"id": task_id}
+    return await operations.OPERATIONS[op](ctx, v1_params, resume_after=resume_after)
+
+
+def stream_event(response: dict[str, Any], *, last: bool, rest: bool) -> dict[str, Any]:
+    """A v1.0 StreamResponse as a v0.3 stream event: the JSON-RPC `result` (with `kind`) or
+    the v0.3 REST StreamResponse. `final: true` marks the status update that ends the stream
+    (terminal or interrupted; the SDK's conversion sets it for terminal states only)."""
+    proto = json_format.ParseDict(response, a2a_pb2.StreamResponse())
+    legacy = conversions.to_compat_stream_response(proto).result
+    if isinstance(legacy, t03.TaskStatusUpdateEvent):
+        legacy = legacy.model_copy(update={"final": last})
+    return _rest_json(proto_utils.ToProto.stream_response(legacy)) if rest else _dump(legacy)

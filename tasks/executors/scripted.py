@@ -66,9 +66,13 @@ def run(ctx: ExecutorContext) -> RunAgain | None:
     pc = int(ctx.progress.get("pc", 0))
     task = ctx.task()
     # REJECTED is reachable only from SUBMITTED (state_machine.TRANSITIONS): a leading
-    # `reject` declines the task without starting work on it.
-    rejecting = task.state == TaskState.SUBMITTED and steps[pc : pc + 1] == [Step("reject")]
-    if task.state != TaskState.WORKING and not rejecting:
+    # `reject` declines the task without starting work on it. A leading `message` answers at
+    # once, so the agent's first move is its reply (a stream then carries just that Message).
+    direct = task.state == TaskState.SUBMITTED and steps[pc : pc + 1] in (
+        [Step("reject")],
+        [Step("message")],
+    )
+    if task.state != TaskState.WORKING and not direct:
         # Starting, or resuming after input/auth (the next client message continues).
         ctx.working()
 

@@ -16,6 +16,7 @@ from agents.models import Agent, AuthMode
 from agents.services import api_key_create
 from tests import live, processes
 from tests.factories import AgentFactory
+from tests.readiness_helpers import mark_workers_live
 
 
 @dataclass
@@ -55,7 +56,10 @@ def _live_processes(django_db_setup, django_db_blocker, tmp_path_factory) -> Ite
 
 @pytest.fixture
 def live_platform(transactional_db, _live_processes) -> LivePlatform:
-    """A running web + worker; this test's committed data is visible to both."""
+    """A running web + worker; this test's committed data is visible to both. The worker's
+    readiness rows are flushed with every test's data, so they are written again here (the
+    gate itself is tested with real beat heartbeats in tests/fault/agents/)."""
+    mark_workers_live()
     return _live_processes
 
 

@@ -581,7 +581,7 @@ def test_v03_reader_of_the_public_card(live_platform, keyed_agent):
         ]
         assert legacy.security_schemes["bearer"].root.scheme == "Bearer"
         assert legacy.security_schemes["apiKey"].root.name == "X-API-Key"
-        assert legacy.security == [{"bearer": []}, {"apiKey": []}]
+        assert legacy.security == [{"bearer": ["invoke"]}, {"apiKey": ["invoke"]}]
         assert legacy.supports_authenticated_extended_card
 
     run(scenario)

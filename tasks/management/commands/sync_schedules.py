@@ -17,6 +17,8 @@ SCHEDULES = {
         "heartbeat",
     ),
     "purge old rows": ("webhooks.purge_old_rows", "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
+    # Readiness: proof of a live worker, end to end (agents/readiness.py).
+    "worker heartbeat": ("heartbeat.beat", "A2A_HEARTBEAT_INTERVAL_SECONDS", "heartbeat"),
 }
 
 

@@ -12,6 +12,9 @@ import httpx
 import pytest
 
 from a2a_platform.asgi import application
+from agents import readiness
+from tasks.event_hub import get_hub
+from tests.readiness_helpers import mark_workers_live
 
 
 class Wire:
@@ -19,9 +22,18 @@ class Wire:
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         async def go() -> httpx.Response:
-            transport = httpx.ASGITransport(app=application)
-            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-                return await c.request(method, path, **kw)
+            # Each call runs in a fresh event loop: give it the event hub a web process has
+            # (started in the lifespan under uvicorn), and close it afterwards.
+            hub = get_hub()
+            await hub.start()
+            try:
+                transport = httpx.ASGITransport(app=application)
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://testserver"
+                ) as c:
+                    return await c.request(method, path, **kw)
+            finally:
+                await hub.stop()
 
         return asyncio.run(go())
 
@@ -43,4 +55,6 @@ class Wire:
 
 @pytest.fixture
 def wire(transactional_db) -> Wire:
-    return Wire()
+    mark_workers_live()
+    yield Wire()
+    readiness.reset_for_tests()

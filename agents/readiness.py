@@ -1,0 +1,185 @@
+"""The readiness gate: may this instance publish its card, and which capabilities can it
+honour right now (DESIGN.md invariant 1)?
+
+A card is a readiness artifact. An instance that has never been ready answers the card with
+503; it becomes ready when a worker consumes `agents`, a delivery worker has proven itself end
+to end (its heartbeat, scheduled by beat on `heartbeat`, reached the database fresh) and has
+re-enqueued its due backlog since it started, this process's event hub is connected, and no
+migration is pending. Once ready, losing the delivery worker flips `pushNotifications` to false
+in the card (new registrations are refused) instead of failing the card.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from a2a_platform.health import Check, check_database, check_migrations
+from agents.models import WorkerHeartbeat
+
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Readiness:
+    checks: list[Check]
+    delivery_live: bool
+    ever_ready: bool
+    draining: bool = False
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and all(c.ok for c in self.checks)
+
+    @property
+    def card_servable(self) -> bool:
+        """Never-ready instances and draining ones answer the card with 503."""
+        return not self.draining and (self.ever_ready or self.ready)
+
+    def failing(self) -> dict[str, str]:
+        out = {c.name: c.detail for c in self.checks if not c.ok}
+        if self.draining:
+            out["shutdown"] = "this instance is shutting down"
+        return out
+
+    def as_json(self) -> dict:
+        return {
+            "status": "ready" if self.ready else "not ready",
+            "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in self.checks},
+            **({"draining": True} if self.draining else {}),
+        }
+
+
+class _ProcessState:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ever_ready = False
+        self.draining = False
+        self.migrations_ok = False
+        self.cached: Readiness | None = None
+
+
+_state = _ProcessState()
+
+
+def start_draining() -> None:
+    """SIGTERM: turn not-ready first (load balancers stop sending), then drain."""
+    _state.draining = True
+    _state.cached = None
+
+
+def reset_for_tests() -> None:
+    global _state
+    _state = _ProcessState()
+
+
+def _worker_checks() -> tuple[Check, Check, bool]:
+    fresh_after = timezone.now() - timedelta(seconds=settings.A2A_HEARTBEAT_FRESH_SECONDS)
+    rows = list(WorkerHeartbeat.objects.filter(beat_at__gte=fresh_after))
+    agents = [r for r in rows if "agents" in r.queues]
+    delivery = [
+        r
+        for r in rows
+        if "webhooks" in r.queues
+        and r.backlog_reenqueued_at is not None
+        and r.backlog_reenqueued_at >= r.started_at
+    ]
+    agents_check = Check(
+        "agents_worker",
+        bool(agents),
+        f"{len(agents)} live" if agents else "no worker consuming `agents` has a fresh heartbeat",
+    )
+    delivery_check = Check(
+        "delivery_worker",
+        bool(delivery),
+        f"{len(delivery)} live"
+        if delivery
+        else "no worker consuming `webhooks` has a fresh heartbeat and a re-enqueued backlog",
+    )
+    return agents_check, delivery_check, bool(delivery)
+
+
+def _hub_check() -> Check:
+    from tasks.event_hub import process_hub_connected
+
+    connected = process_hub_connected()
+    return Check("event_hub", connected, "connected" if connected else "not connected")
+
+
+def compute(*, include_hub: bool = True) -> Readiness:
+    """Run every check (database queries; call from a thread)."""
+    checks = [check_database()]
+    if checks[0].ok:
+        if not _state.migrations_ok:
+            migrations = check_migrations()
+            _state.migrations_ok = migrations.ok
+            checks.append(migrations)
+        else:
+            checks.append(Check("migrations", True, "all applied"))
+        agents_check, delivery_check, delivery_live = _worker_checks()
+        checks += [agents_check, delivery_check]
+    else:
+        delivery_live = False
+    if include_hub:
+        checks.append(_hub_check())
+    readiness = Readiness(checks, delivery_live, _state.ever_ready, _state.draining)
+    if readiness.ready:
+        _state.ever_ready = True
+    return readiness
+
+
+def current(*, include_hub: bool = True) -> Readiness:
+    """Readiness cached for at most A2A_READINESS_CACHE_SECONDS (the card endpoint asks on
+    every request)."""
+    cached = _state.cached
+    if cached is not None and time.monotonic() - cached.at < settings.A2A_READINESS_CACHE_SECONDS:
+        return cached
+    with _state.lock:
+        cached = _state.cached
+        if cached is not None and (
+            time.monotonic() - cached.at < settings.A2A_READINESS_CACHE_SECONDS
+        ):
+            return cached
+        readiness = compute(include_hub=include_hub)
+        _state.cached = readiness
+        return readiness
+
+
+def cached_or_none() -> Readiness | None:
+    cached = _state.cached
+    if cached is not None and time.monotonic() - cached.at < settings.A2A_READINESS_CACHE_SECONDS:
+        return cached
+    return None
+
+
+# --- worker side ------------------------------------------------------------------------------
+
+
+def worker_started(*, hostname: str, queues: list[str], backlog_reenqueued: bool) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        WorkerHeartbeat.objects.update_or_create(
+            hostname=hostname[:255],
+            defaults={
+                "queues": sorted(queues),
+                "started_at": now,
+                "backlog_reenqueued_at": now if backlog_reenqueued else None,
+                # Not yet proven end to end: the first heartbeat job sets a fresh beat_at.
+                "beat_at": now - timedelta(days=1),
+            },
+        )
+
+
+def heartbeat(*, hostname: str) -> bool:
+    """The heartbeat job's write. False when the worker never registered (it then re-registers
+    on its next start)."""
+    return bool(
+        WorkerHeartbeat.objects.filter(hostname=hostname[:255]).update(beat_at=timezone.now())
+    )
