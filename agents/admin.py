@@ -1,6 +1,9 @@
 from django.contrib import admin, messages
+from django.utils.html import format_html, format_html_join
 
-from agents.models import Agent, ApiKey, SigningKey
+from agents import readiness
+from agents.cards import pretty
+from agents.models import Agent, ApiKey, CardVersion, SigningKey
 from agents.services import AgentError, agent_save, api_key_revoke
 
 
@@ -16,18 +19,94 @@ class ApiKeyInline(admin.TabularInline):
         return False
 
 
+class CardVersionInline(admin.TabularInline):
+    model = CardVersion
+    extra = 0
+    can_delete = False
+    fields = ("content_hash", "first_served_at", "last_served_at")
+    readonly_fields = fields
+    ordering = ("-last_served_at",)
+    show_change_link = True
+    verbose_name_plural = "card versions (every distinct card served)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "executor", "auth_mode", "is_default", "enabled", "updated_at")
     list_filter = ("executor", "auth_mode", "enabled", "is_default")
     search_fields = ("slug", "name")
-    inlines = [ApiKeyInline]
+    inlines = [ApiKeyInline, CardVersionInline]
+    readonly_fields = ("readiness_checks", "capabilities_now", "card_as_served")
+
+    @admin.display(description="readiness (this instance)")
+    def readiness_checks(self, obj):
+        state = readiness.current()
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks),
+        )
+        return format_html("<table>{}</table>", rows)
+
+    @admin.display(description="capabilities now, and why one is off")
+    def capabilities_now(self, obj):
+        if obj.pk is None:
+            return "-"
+        state = readiness.current()
+        lines = []
+        if not obj.push_notifications_enabled:
+            lines.append(("pushNotifications", "off", "switched off by an operator"))
+        elif not state.delivery_live:
+            lines.append(("pushNotifications", "off", "no live delivery worker (see readiness)"))
+        else:
+            lines.append(("pushNotifications", "on", "a delivery worker is live"))
+        if not obj.streaming_enabled:
+            lines.append(("streaming", "off", "switched off by an operator"))
+        else:
+            hub = next((c for c in state.checks if c.name == "event_hub"), None)
+            detail = f"event hub {hub.detail}" if hub else "event hub not checked"
+            lines.append(("streaming", "on" if hub and hub.ok else "off", detail))
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", lines)
+        return format_html("<table>{}</table>", rows)
+
+    @admin.display(description="card as last served")
+    def card_as_served(self, obj):
+        version = obj.card_versions.order_by("-last_served_at", "-id").first() if obj.pk else None
+        if version is None:
+            return "not served yet"
+        return format_html(
+            "<p>ETag {} · last served {}</p><pre>{}</pre>",
+            version.content_hash[:32],
+            version.last_served_at,
+            pretty(version.card),
+        )
 
     def save_model(self, request, obj, form, change):
         try:
             agent_save(agent=obj)
         except AgentError as exc:
             messages.error(request, str(exc))
+
+
+@admin.register(CardVersion)
+class CardVersionAdmin(admin.ModelAdmin):
+    list_display = ("agent", "content_hash", "first_served_at", "last_served_at")
+    list_filter = ("agent",)
+    readonly_fields = ("agent", "content_hash", "first_served_at", "last_served_at", "card_json")
+    exclude = ("card",)
+
+    @admin.display(description="card")
+    def card_json(self, obj):
+        return format_html("<pre>{}</pre>", pretty(obj.card))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(ApiKey)
