@@ -311,9 +311,13 @@ def test_unknown_tenant_and_method_not_allowed(wire, default_agent):
     assert resp.status_code == 405
 
 
-def test_streaming_answers_its_refusal_until_it_exists(wire, default_agent):
+def test_streaming_switched_off_by_the_operator_is_unsupported(wire, default_agent):
+    default_agent.streaming_enabled = False
+    default_agent.save()
+    before = _counts()
     assert _rpc_error(wire.rpc("SendStreamingMessage", _send_params()))["code"] == -32004
     assert _rpc_error(wire.rpc("SubscribeToTask", {"id": str(uuid.uuid4())}))["code"] == -32004
+    assert _counts() == before
 
 
 def test_push_switched_off_by_the_operator_is_not_supported(wire, default_agent):
