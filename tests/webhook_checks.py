@@ -15,11 +15,15 @@ What "delivered" means here, for one config:
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable
 from typing import Any
 
+from django.core.management import call_command
 from django.db import transaction
+from django.test import override_settings
+from django_celery_beat.models import PeriodicTask
 
 from agents.signing import jwks
 from tasks import services
@@ -55,6 +59,15 @@ def start_worker(procs, name: str = "worker", **env: str):
     return procs.worker(name=name, pool="threads", concurrency=8, **{**WORKER_ENV, **env})
 
 
+def start_beat(procs, **env: str):
+    """Beat (a subprocess on the test database) firing both sweepers every second."""
+    with override_settings(A2A_SWEEP_INTERVAL_SECONDS=1, A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS=1):
+        call_command("sync_schedules", stdout=io.StringIO())
+    sweep = PeriodicTask.objects.get(task="webhooks.sweep_deliveries")
+    assert sweep.interval.every == 1
+    return procs.beat(**env)
+
+
 def open_task(agent, text: str, *configs: dict[str, Any]) -> tuple[Task, list[PushConfig]]:
     """A task and its push configs in one transaction (as SendMessage with an inline config
     does): the snapshot is the task as created, every later event is owed."""
@@ -76,16 +89,19 @@ def deliveries(config: PushConfig) -> list[Delivery]:
     return list(Delivery.objects.filter(config=config).order_by("id"))
 
 
+def settled(config: PushConfig, state: str = DeliveryState.DELIVERED) -> bool:
+    """The config's task is terminal and every delivery it owes is in `state`."""
+    if not Task.objects.filter(pk=config.task_id, state__in=TERMINAL_STATES).exists():
+        return False
+    rows = deliveries(config)
+    return [d.seq for d in rows] == owed_seqs(config) and all(d.state == state for d in rows)
+
+
 def wait_all(config: PushConfig, state: str = DeliveryState.DELIVERED, timeout: float = 30):
-    """Wait until the config's task is terminal and every delivery it owes is in `state`."""
-
-    def done():
-        if not Task.objects.filter(pk=config.task_id, state__in=TERMINAL_STATES).exists():
-            return False
-        rows = deliveries(config)
-        return [d.seq for d in rows] == owed_seqs(config) and all(d.state == state for d in rows)
-
-    return wait_until(done, timeout=timeout, message=f"config {config.pk}: all {state}")
+    """Wait until `settled(config, state)`."""
+    return wait_until(
+        lambda: settled(config, state), timeout=timeout, message=f"config {config.pk}: all {state}"
+    )
 
 
 def owed_seqs(config: PushConfig) -> list[int]:

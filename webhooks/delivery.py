@@ -122,10 +122,20 @@ def delivery_claim_head(*, config_pk: int, manual: bool = False) -> Claim | None
         endpoint = head.binding.endpoint
         if endpoint.paused_at is not None:
             return None
+        cap = settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
+        if endpoint.consecutive_failures:
+            # A failing endpoint (down, hanging) gets one try in flight at a time, claimed
+            # under its row lock so concurrent claims cannot overshoot: otherwise its
+            # timeouts take every worker thread and stall all other endpoints. The others
+            # wait (no try is spent) and are swept again; a success lifts the cap.
+            locked = Endpoint.objects.select_for_update(skip_locked=True).filter(pk=endpoint.pk)
+            if not locked.exists():
+                return None
+            cap = 1
         in_flight = Delivery.objects.filter(
             binding__endpoint=endpoint, state=DeliveryState.SENDING, next_attempt_at__gt=now
         ).count()
-        if in_flight >= settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT:
+        if in_flight >= cap:
             return None
         lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
         head.state = DeliveryState.SENDING
@@ -135,7 +145,8 @@ def delivery_claim_head(*, config_pk: int, manual: bool = False) -> Claim | None
         headers = _headers(head, int(now.timestamp()))
         attempt = DeliveryAttempt.objects.create(
             delivery=head,
-            number=head.attempts,
+            # The timeline numbers every attempt; `attempts` restarts at a replay.
+            number=DeliveryAttempt.objects.filter(delivery=head).count() + 1,
             url=head.binding.url,
             started_at=now,
             request_headers=redact(headers),
@@ -282,8 +293,9 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
             .filter(pk__in=delivery_pks, state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED])
             .values_list("pk", "config_id", "event_id")
         )
+        # A replay starts a fresh retry schedule (the same event id, so receivers dedupe).
         Delivery.objects.filter(pk__in=[r[0] for r in rows]).update(
-            state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None
+            state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None, attempts=0
         )
         OperatorAction.objects.create(
             actor=actor[:150],

@@ -261,6 +261,7 @@ def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
             Delivery.objects.filter(
                 binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
             )
+            .order_by()  # else Delivery's default ordering (id) makes DISTINCT per row
             .values_list("config_id", flat=True)
             .distinct()
         )

@@ -85,7 +85,8 @@ def _legacy_request(op: str, params: dict[str, Any]) -> Any:
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"] if p not in ("params",))
+        # Drop `params` and the union member names pydantic puts in the path (`TaskIdParams`).
+        where = ".".join(str(p) for p in first["loc"] if p != "params" and not str(p)[:1].isupper())
         raise invalid_params(where or "params", first["msg"]) from None
 
 

@@ -1,0 +1,264 @@
+"""Webhook delivery under faults, with real processes: a receiver that goes away or misbehaves,
+a worker SIGKILLed mid-POST, a Redis restart.
+
+In every case: zero events lost (the config's snapshot and every status/artifact event after
+it reach the receiver, verified), duplicates only with the same webhook-id, and per-config
+order preserved (tests.webhook_checks.assert_delivered). The worker runs the threads pool with
+short timings: retries every ~1 s (20 of them, so an outage of a few seconds never
+dead-letters), a 2 s timeout; beat, where it runs, sweeps every second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import time
+from urllib.parse import urlparse
+
+import pytest
+import redis
+from django.conf import settings
+
+from tasks import services
+from tasks.models import Task
+from tasks.states import TaskState
+from tests.factories import user_message
+from tests.processes import wait_until
+from tests.webhook_checks import (
+    accepted,
+    assert_delivered,
+    configure,
+    deliveries,
+    open_task,
+    start_beat,
+    start_worker,
+    wait_all,
+)
+from webhooks.models import DeliveryAttempt, DeliveryState, Endpoint
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+TOKEN = "fault-token"
+FAULT_ENV = {
+    "A2A_WEBHOOK_RETRY_SCHEDULE": ",".join(["1"] * 20),
+    # Executor dispatch recovers fast too (the Redis restart loses its broker message).
+    "A2A_SWEEP_INTERVAL_SECONDS": "1",
+    "A2A_DISPATCH_UNCLAIMED_SECONDS": "2",
+    "A2A_DISPATCH_LEASE_SECONDS": "3",
+}
+REDIS_PORT = 6379
+# How the development machines run Redis (restarted exactly so after the outage test).
+REDIS_START = [
+    "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
+    str(REDIS_PORT), "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
+    "--logfile", "/var/log/redis/ci.log",
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings):
+    configure(settings)
+
+
+def worker(procs, name: str = "worker", **env: str):
+    return start_worker(procs, name=name, **{**FAULT_ENV, **env})
+
+
+def beat(procs):
+    return start_beat(procs, **FAULT_ENV)
+
+
+def attempts_of(delivery) -> list[tuple[int | None, str]]:
+    return list(
+        DeliveryAttempt.objects.filter(delivery=delivery).values_list("status", "error_class")
+    )
+
+
+def state_of(task: Task) -> TaskState:
+    return Task.objects.get(pk=task.pk).task_state
+
+
+def test_receiver_down_for_a_while_then_back_everything_arrives_in_order(
+    scripted_agent, procs, receivers
+):
+    """Delivered up to input-required; the receiver process stops; the client continues the
+    task, whose remaining events are all produced while nobody listens; the receiver comes
+    back on the same port and gets every one, in order, once."""
+    receiver = receivers.start()
+    worker(procs)
+    task, (config,) = open_task(
+        scripted_agent, "ask; chunks 3", {"url": receiver.url, "token": TOKEN}
+    )
+    wait_until(
+        lambda: (
+            state_of(task) == TaskState.INPUT_REQUIRED
+            and {d.state for d in deliveries(config)} == {DeliveryState.DELIVERED}
+        ),
+        timeout=20,
+        message="delivered up to input-required",
+    )
+    delivered_before = len(deliveries(config))
+    assert delivered_before == 3  # snapshot, working, input-required
+    assert len(receiver.records()) == 3
+
+    receiver.stop()
+    services.task_send(
+        agent=scripted_agent,
+        owner="o",
+        message=user_message("more", taskId=str(task.pk)),
+    )
+    wait_until(lambda: state_of(task) == TaskState.COMPLETED, timeout=20, message="completed")
+    wait_until(
+        lambda: (
+            DeliveryAttempt.objects.filter(delivery__config=config, error_class="connect").count()
+            >= 3
+        ),
+        timeout=20,
+        message="three refused tries",
+    )
+    assert len(receiver.records()) == 3  # nothing got through while it was down
+    receiver.start()
+
+    wait_all(config, timeout=30)
+    records = assert_delivered(receiver, config, scripted_agent, token=TOKEN)
+    # working, three chunks, the echo artifact, completed: produced while it was down.
+    assert len(records) == delivered_before + 6
+    head = deliveries(config)[delivered_before]
+    tries = attempts_of(head)
+    assert len(tries) >= 4
+    assert tries[:-1] == [(None, "connect")] * (len(tries) - 1)
+    assert tries[-1] == (200, "")
+    later = deliveries(config)[delivered_before + 1 :]
+    assert all(attempts_of(d) == [(200, "")] for d in later)  # in order: none tried early
+
+
+def test_500_then_429_with_retry_after_then_hang_then_200_is_retried_then_delivered(
+    scripted_agent, procs, receivers
+):
+    script = [{"status": 500}, {"status": 429, "retry_after": 2}, {"hang": 30}, {"status": 200}]
+    receiver = receivers.start(sequence=script)
+    worker(procs)
+    task, (config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
+    wait_all(config, timeout=30)
+
+    records = assert_delivered(receiver, config, scripted_agent, exactly_once=False)
+    head, *rest = deliveries(config)
+    tries = [r for r in records if r.webhook_id == str(head.event_id)]
+    assert [r.answer for r in tries] == script  # one webhook-id, four tries
+    assert attempts_of(head) == [(500, ""), (429, ""), (None, "timeout"), (200, "")]
+    assert (head.attempts, head.last_status) == (4, 200)
+    # Retry-After: 2 outweighs the 1 s schedule; the hung try is abandoned at the 2 s timeout.
+    assert tries[2].at - tries[1].at >= 1.9
+    assert tries[3].at - tries[2].at >= 2.0
+    # Nothing else of the config went out before the head was accepted, then once each.
+    assert all(r.at > tries[3].at for r in records if r.webhook_id != str(head.event_id))
+    assert all(attempts_of(d) == [(200, "")] for d in rest)
+    endpoint = Endpoint.objects.get(origin=receiver.origin)
+    assert endpoint.consecutive_failures == 0
+    assert endpoint.last_success_at > endpoint.last_failure_at
+
+
+def test_worker_killed_mid_post_the_delivery_is_sent_again_after_its_lease(
+    scripted_agent, procs, receivers
+):
+    """The receiver hangs while the worker posts the snapshot; the worker is SIGKILLed
+    mid-POST (its attempt never recorded). A new worker and beat: once the lease (timeout 4 s
+    + margin 1 s) has passed, the sweeper hands the delivery on; it is sent again with the
+    same webhook-id, and everything after it follows in order."""
+    env = {"A2A_WEBHOOK_TIMEOUT_SECONDS": "4", "A2A_WEBHOOK_LEASE_MARGIN_SECONDS": "1"}
+    receiver = receivers.start(hang=30)
+    first = worker(procs, name="first", **env)
+    task, (config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
+    receiver.wait_for(lambda rs: len(rs) >= 1, timeout=15, message="the first POST")
+    first.kill(signal.SIGKILL)
+
+    head = deliveries(config)[0]
+    assert head.state == DeliveryState.SENDING
+    assert head.attempts == 1
+    attempt = DeliveryAttempt.objects.get(delivery=head)
+    # Killed mid-POST: the try was claimed (a lease) but its outcome never recorded.
+    assert (attempt.status, attempt.duration_ms, attempt.error_class) == (None, None, "")
+
+    receiver.behave(status=200)
+    beat(procs)
+    worker(procs, name="second", **env)
+    wait_all(config, timeout=40)
+
+    records = assert_delivered(receiver, config, scripted_agent, exactly_once=False)
+    tries = [r for r in records if r.webhook_id == str(head.event_id)]
+    assert [accepted(r) for r in tries] == [False, True]
+    assert len(records) == len(deliveries(config)) + 1  # the one duplicate, same webhook-id
+    # Not before the lease passed: the sweeper, not a redelivered message, resent it.
+    assert tries[1].at - tries[0].at >= 5 - 0.5
+    head.refresh_from_db()
+    assert head.attempts == 2
+    assert attempts_of(head) == [(None, ""), (200, "")]
+
+
+def _redis_up() -> bool:
+    try:
+        return bool(redis.Redis(host="127.0.0.1", port=REDIS_PORT, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@contextlib.contextmanager
+def redis_outage():
+    """Stop the Redis server (every DB is wiped: only this test does it); always start it
+    again, even when the test fails."""
+    subprocess.run(
+        ["redis-cli", "-p", str(REDIS_PORT), "shutdown", "nosave"],
+        check=False,
+        capture_output=True,
+        timeout=10,
+    )
+    try:
+        wait_until(lambda: not _redis_up(), timeout=10, message="Redis down")
+        yield
+    finally:
+        if not _redis_up():
+            subprocess.run(REDIS_START, check=True, capture_output=True, timeout=30)
+        wait_until(_redis_up, timeout=15, message="Redis back up")
+
+
+def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, receivers):
+    """Redis goes away while a head delivery is being retried (its retry messages and every
+    queued job are lost with it) and while a new task with a webhook is accepted (its
+    executor and delivery jobs cannot be published). Once Redis is back, worker and beat
+    reconnect, the sweepers re-enqueue from the database, and everything is delivered."""
+    broker = urlparse(settings.CELERY_BROKER_URL)
+    if (broker.scheme, broker.hostname, broker.port or REDIS_PORT) != (
+        "redis",
+        "127.0.0.1",
+        REDIS_PORT,
+    ) or not shutil.which("redis-server"):
+        pytest.skip("restarts the local Redis server at 127.0.0.1:6379 only")
+    receiver = receivers.start(status=500)
+    celery_beat = beat(procs)
+    celery_worker = worker(procs)
+    before, (first_config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
+    wait_until(
+        lambda: (
+            state_of(before) == TaskState.COMPLETED and deliveries(first_config)[0].attempts >= 2
+        ),
+        timeout=20,
+        message="the first task done, its head being retried",
+    )
+
+    with redis_outage():
+        receiver.behave(status=200)
+        during, (second_config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
+        time.sleep(2)
+        # Nothing could be dispatched: the task waits, durably, with its snapshot owed.
+        assert state_of(during) == TaskState.SUBMITTED
+        assert deliveries(second_config)[0].state == DeliveryState.PENDING
+
+    wait_all(first_config, timeout=60)
+    wait_all(second_config, timeout=60)
+    assert_delivered(receiver, first_config, scripted_agent, exactly_once=False)
+    assert_delivered(receiver, second_config, scripted_agent)
+    assert state_of(during) == TaskState.COMPLETED
+    assert celery_worker.popen.poll() is None, "the worker survived the outage"
+    assert celery_beat.popen.poll() is None, "beat survived the outage"

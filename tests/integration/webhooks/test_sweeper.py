@@ -1,0 +1,75 @@
+"""What the safety nets re-enqueue: each config once, by its head (the oldest open delivery).
+
+A config's backlog queued behind a head that waits for its retry is past its
+`next_attempt_at` too; it must neither repeat the config nor push other configs' due heads
+out of the sweeper's batch (the case of one receiver down with a long backlog).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.webhook_checks import configure, open_task
+from webhooks.delivery import due_configs
+from webhooks.models import Delivery
+from webhooks.services import endpoint_resume
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _loopback(settings):
+    configure(settings)
+
+
+def backlog(config, count: int, at) -> None:
+    """`count` status deliveries queued behind the config's snapshot."""
+    snapshot = Delivery.objects.get(config=config)
+    for i in range(count):
+        Delivery.objects.create(
+            config=config,
+            binding=snapshot.binding,
+            task_id=config.task_id,
+            seq=snapshot.seq + 1 + i,
+            kind="status",
+            body="{}",
+            next_attempt_at=at,
+        )
+
+
+def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
+    now = timezone.now()
+    _, (waiting,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
+    _, (due,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/b"})
+    # `waiting`: its head retries in a minute; three deliveries wait behind it since long ago.
+    Delivery.objects.filter(config=waiting).update(next_attempt_at=now + timedelta(minutes=1))
+    backlog(waiting, 3, now - timedelta(minutes=10))
+    # `due`: its head is due (more recently than that backlog).
+    Delivery.objects.filter(config=due).update(next_attempt_at=now - timedelta(seconds=1))
+
+    assert due_configs() == [due.pk]
+    assert due_configs(limit=1) == [due.pk]
+
+    # Once the head of `waiting` is due, it is listed once, longest-waiting first.
+    Delivery.objects.filter(config=waiting, kind="snapshot").update(
+        next_attempt_at=now - timedelta(minutes=20)
+    )
+    assert due_configs() == [waiting.pk, due.pk]
+    assert due_configs(limit=1) == [waiting.pk]
+
+
+def test_endpoint_resume_enqueues_each_waiting_config_once(
+    scripted_agent, django_capture_on_commit_callbacks
+):
+    _, (first,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
+    _, (second,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/b"})
+    backlog(first, 4, timezone.now())
+    endpoint = first.bindings.get().endpoint
+    assert second.bindings.get().endpoint == endpoint  # one origin
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
+    assert len(callbacks) == 2  # one deliver job per config, not per open delivery
