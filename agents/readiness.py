@@ -178,8 +178,12 @@ def worker_started(*, hostname: str, queues: list[str], backlog_reenqueued: bool
 
 
 def heartbeat(*, hostname: str) -> bool:
-    """The heartbeat job's write. False when the worker never registered (it then re-registers
-    on its next start)."""
-    return bool(
-        WorkerHeartbeat.objects.filter(hostname=hostname[:255]).update(beat_at=timezone.now())
-    )
+    """The heartbeat job's write. False when the worker must register (again): its row is
+    missing, or its start-up backlog re-enqueue failed (a publish error), without which it
+    would never count as a delivery worker until restarted. Its beat is written either way."""
+    now = timezone.now()
+    rows = WorkerHeartbeat.objects.filter(hostname=hostname[:255])
+    if rows.filter(backlog_reenqueued_at__isnull=False).update(beat_at=now):
+        return True
+    rows.update(beat_at=now)
+    return False

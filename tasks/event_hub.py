@@ -35,6 +35,10 @@ class EventHub:
         self._connected = asyncio.Event()
         self.backend = "postgresql" if _db_vendor() == "postgresql" else "polling"
         self.notifications = 0
+        # Bumped by every wake-up and every (re)connection: a read of the store begun at
+        # generation g has seen every event whose wake-up arrived before it, so waiters armed
+        # at generation <= g may share it (protocol/streams.py).
+        self.generation = 0
 
     # --- public ----------------------------------------------------------------------------
     @property
@@ -97,6 +101,7 @@ class EventHub:
 
     # --- internals -------------------------------------------------------------------------
     def _mark_connected(self, connected: bool) -> None:
+        self.generation += 1
         # The event for waiters in this loop; the module-level set for readers in other
         # threads (/readyz runs in Django's thread pool).
         if connected:
@@ -108,6 +113,7 @@ class EventHub:
 
     def _wake(self, task_id: str) -> None:
         self.notifications += 1
+        self.generation += 1
         for fut in self._waiters.pop(task_id, ()):
             if not fut.done():
                 fut.set_result(True)
@@ -180,6 +186,9 @@ def _pg_conninfo() -> dict:
         info["port"] = s["PORT"]
     if s.get("PASSWORD"):
         info["password"] = s["PASSWORD"]
+    # Attributable in pg_stat_activity like the process's pooled connections.
+    if (s.get("OPTIONS") or {}).get("application_name"):
+        info["application_name"] = s["OPTIONS"]["application_name"]
     return {k: v for k, v in info.items() if v is not None}
 
 

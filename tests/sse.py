@@ -144,7 +144,9 @@ class ASGIStream:
     async def open(self, timeout: float = 10) -> ASGIStream:
         self.task = asyncio.create_task(self.app(self.scope, self._receive, self._send))
         starting = asyncio.create_task(self._started.wait())
-        done, _ = await asyncio.wait({starting, self.task}, timeout=timeout)
+        done, _ = await asyncio.wait(
+            {starting, self.task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         if self.task in done and not self._started.is_set():
             starting.cancel()
             self.task.result()  # raises the app's error

@@ -52,8 +52,8 @@ def purge_old_rows_job() -> dict:
 @shared_task(name="heartbeat.beat", bind=True)
 def heartbeat_job(self) -> str:
     """Beat → broker (`heartbeat` queue) → this worker → the database: the proof of life the
-    readiness gate reads (agents/readiness.py). A worker whose row is missing registers again,
-    re-enqueueing its backlog first."""
+    readiness gate reads (agents/readiness.py). A worker whose row is missing, or whose
+    start-up backlog re-enqueue failed, registers again, re-enqueueing its backlog first."""
     from agents.readiness import heartbeat
     from webhooks.signals import register_worker
 

@@ -124,6 +124,7 @@ async def _card(request: Request, route: Route) -> Response:
             logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
             return _rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
     body, etag = cached[0], cached[1]
+    operations.card_version_served(ctx.agent.pk, cached[2])
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)

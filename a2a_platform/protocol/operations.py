@@ -395,6 +395,12 @@ def _card_version_id(agent) -> int | None:
     return cached
 
 
+def card_version_served(agent_pk: int, version_id: int) -> None:
+    """The card endpoint served this version just now: tasks this process opens next record
+    it (not the one cached before a capability flip)."""
+    _card_versions.put(agent_pk, version_id)
+
+
 async def readiness_now():
     """This instance's readiness (cached ≤ A2A_READINESS_CACHE_SECONDS; a cache miss costs one
     short ORM call)."""
@@ -403,13 +409,14 @@ async def readiness_now():
     return readiness.cached_or_none() or await run_orm(readiness.current)
 
 
-async def _require_push(ctx: Ctx) -> None:
+async def _require_push(ctx: Ctx, *, registering: bool = True) -> None:
     """Push registrations are accepted only when they will be delivered: refused for good if
     the operator switched push off, refused with a retry hint while no delivery worker is
-    live (never accepted and dropped)."""
+    live (never accepted and dropped). Reading or deleting a config (`registering=False`)
+    promises no delivery: it is not refused while the delivery worker is away."""
     if not ctx.agent.push_notifications_enabled:
         raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
-    if not (await readiness_now()).delivery_live:
+    if registering and not (await readiness_now()).delivery_live:
         raise ProtocolError(
             UNAVAILABLE,
             "no webhook delivery worker is live right now; retry shortly",
@@ -449,7 +456,7 @@ def _task_and_config_id(params: Params, proto_cls: type) -> tuple[str, str]:
 async def get_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import current_binding, push_config_json
 
-    await _require_push(ctx)
+    await _require_push(ctx, registering=False)
     task_id, config_id = _task_and_config_id(params, a2a_pb2.GetTaskPushNotificationConfigRequest)
     if not config_id:
         raise invalid_params("id", "is required")
@@ -461,7 +468,7 @@ async def get_push_config(ctx: Ctx, params: Params) -> dict:
 async def list_push_configs(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import current_bindings, push_config_json
 
-    await _require_push(ctx)
+    await _require_push(ctx, registering=False)
     task_id, _ = _task_and_config_id(params, a2a_pb2.ListTaskPushNotificationConfigsRequest)
 
     def read():
@@ -474,7 +481,7 @@ async def list_push_configs(ctx: Ctx, params: Params) -> dict:
 async def delete_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import push_config_delete
 
-    await _require_push(ctx)
+    await _require_push(ctx, registering=False)
     task_id, config_id = _task_and_config_id(
         params, a2a_pb2.DeleteTaskPushNotificationConfigRequest
     )

@@ -18,7 +18,6 @@ events are history entries and never streamed (the stream shape has no place for
 from __future__ import annotations
 
 import asyncio
-import itertools
 import uuid
 import weakref
 from collections.abc import AsyncIterator
@@ -42,6 +41,7 @@ from a2a_platform.protocol.errors import (
 from a2a_platform.protocol.sse import KEEPALIVE
 from tasks.event_hub import EventHub, get_hub
 from tasks.models import EventKind, Task, TaskEvent
+from tasks.selectors import consistent_reads
 from tasks.states import SETTLED_STATES, TERMINAL_STATES
 
 Params = dict[str, Any]
@@ -76,9 +76,7 @@ class TaskStream:
 
 # --- Following a task ------------------------------------------------------------------------
 
-# Wake-up arming and shared reads are ordered by one counter: a read another stream started
-# after my wake-up was armed sees everything committed before it, so I may share its rows.
-_tickets = itertools.count(1)
+# Reads in flight per event loop, by (task, cursor): (hub generation at start, task).
 _reads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict] = weakref.WeakKeyDictionary()
 
 
@@ -89,12 +87,12 @@ class _Follower:
         self.hub = hub
         self.task_id = task_id
         self.fut: asyncio.Future | None = None
-        self.ticket = 0
+        self.generation = 0
 
     def arm(self) -> None:
         if self.fut is None or self.fut.done():
             self.fut = self.hub.subscribe(self.task_id)
-            self.ticket = next(_tickets)
+            self.generation = self.hub.generation
 
     async def wait(self, timeout: float) -> bool:
         """True when woken (possibly spuriously), False after `timeout`."""
@@ -116,21 +114,23 @@ def _read_rows(task_id: str, after: int) -> list[tuple[int, str, dict]]:
     )
 
 
-async def _events_after(task_id: str, after: int, armed_ticket: int) -> list[tuple]:
-    """The task's event rows after `after`, sharing a query in flight for the same cursor
-    when that query started after the caller armed its wake-up (100 streams of one task cost
-    one query per wake-up, not 100). The rows are shared: never mutate them."""
+async def _events_after(follower: _Follower, after: int) -> list[tuple]:
+    """The task's event rows after `after`, sharing a read in flight for the same cursor when
+    no wake-up reached the hub between that read's start and the caller's arming: whatever
+    that read cannot see was committed after it began, so its wake-up arrives after the
+    caller armed and wakes it. 100 streams of one task cost one query per wake-up, not 100.
+    The rows are shared: never mutate them."""
     loop = asyncio.get_running_loop()
     inflight = _reads.get(loop)
     if inflight is None:
         inflight = _reads[loop] = {}
+    task_id = follower.task_id
     key = (task_id, after)
     hit = inflight.get(key)
-    if hit is not None and hit[0] > armed_ticket:
+    if hit is not None and hit[0] >= follower.generation:
         return await asyncio.shield(hit[1])
-    ticket = next(_tickets)
     read = loop.create_task(run_orm(lambda: _read_rows(task_id, after)))
-    inflight[key] = (ticket, read)
+    inflight[key] = (follower.hub.generation, read)
 
     def forget(done: asyncio.Task) -> None:
         if inflight.get(key, (None, None))[1] is done:
@@ -142,16 +142,20 @@ async def _events_after(task_id: str, after: int, armed_ticket: int) -> list[tup
     return await asyncio.shield(read)
 
 
+_SETTLED = frozenset(s.value for s in SETTLED_STATES)
+_TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+
+
+def _state(response: dict) -> str | None:
+    return response.get("statusUpdate", {}).get("status", {}).get("state")
+
+
 def _settles(kind: str, response: dict) -> bool:
-    if kind != EventKind.STATUS:
-        return False
-    state = response.get("statusUpdate", {}).get("status", {}).get("state")
-    return state in {s.value for s in SETTLED_STATES}
+    return kind == EventKind.STATUS and _state(response) in _SETTLED
 
 
 def _is_terminal(response: dict) -> bool:
-    state = response.get("statusUpdate", {}).get("status", {}).get("state")
-    return state in {s.value for s in TERMINAL_STATES}
+    return _state(response) in _TERMINAL
 
 
 async def _answered_with_message(task_id: str) -> bool:
@@ -192,7 +196,7 @@ async def _follow(
             if end_seq is not None and cursor >= end_seq:
                 return
             follower.arm()
-            rows = await _events_after(task_id, cursor, follower.ticket)
+            rows = await _events_after(follower, cursor)
             if not rows and end_seq is not None:
                 # A finished task's events are all written; missing ones were purged.
                 raise _not_retained(task_id, cursor)
@@ -216,8 +220,8 @@ async def _follow(
                     return
             if len(rows) >= PAGE:
                 continue
-            if not await follower.wait(keepalive):
-                yield KEEPALIVE
+            while not await follower.wait(keepalive):
+                yield KEEPALIVE  # and wait on: a quiet task costs no query
     finally:
         follower.close()
 
@@ -283,8 +287,6 @@ def _resume(task: Task, resume_after: int) -> _Opened:
 
 
 def _open_subscription(ctx: Ctx, task_id: str, resume_after: int | None) -> _Opened:
-    from tasks.selectors import consistent_reads
-
     with consistent_reads():
         task = operations._visible_task(ctx, task_id)
         if resume_after is not None:
@@ -307,8 +309,6 @@ def _open_replayed_send(
     """An idempotent retry of SendStreamingMessage (nothing was written): follow the same
     task, from the client's cursor or from a fresh snapshot; a finished task is its final
     shape (the Message reply, or the Task) and the end of the stream."""
-    from tasks.selectors import consistent_reads
-
     with consistent_reads():
         task = operations._visible_task(ctx, task_id)
         if resume_after is not None:

@@ -66,7 +66,9 @@ def live_platform(transactional_db, _live_processes) -> LivePlatform:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
-    platform = getattr(item, "funcargs", {}).get("live_platform")
+    funcargs = getattr(item, "funcargs", {})
+    # `instances`: the web instances of test_streaming_live.py.
+    platform = funcargs.get("live_platform") or funcargs.get("instances")
     if report.failed and platform is not None:
         report.sections.append(("live platform logs", platform.logs()))
     return report

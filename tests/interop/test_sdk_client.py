@@ -131,7 +131,8 @@ async def connect(
     hooks = {"response": [wire.hook]} if wire else {}
     async with httpx.AsyncClient(headers=headers, timeout=30, event_hooks=hooks) as http:
         factory = ClientFactory(
-            ClientConfig(supported_protocol_bindings=[binding], httpx_client=http)
+            # Streaming has its own tests (test_streaming_live.py): one answer per call here.
+            ClientConfig(streaming=False, supported_protocol_bindings=[binding], httpx_client=http)
         )
         if version == "1.0":
             client = await factory.create_from_url(url, interceptors=interceptors)
@@ -157,7 +158,7 @@ async def send(
         request.configuration.return_immediately = True
     if history_length is not None:
         request.configuration.history_length = history_length
-    # The card says streaming: false, so the SDK sends one SendMessage and yields its result.
+    # The client is configured without streaming: one SendMessage, its result as one event.
     events = [event async for event in client.send_message(request)]
     assert len(events) == 1, events
     return events[0]
@@ -213,7 +214,7 @@ def test_card_resolution_picks_the_v1_interface(
             async with httpx.AsyncClient() as http:
                 card = await A2ACardResolver(http, live_platform.agent_url(agent)).get_agent_card()
             assert card.name == agent.name
-            assert not card.capabilities.streaming
+            assert card.capabilities.streaming  # this instance's event hub is connected
             assert card.capabilities.push_notifications  # delivery is durable (webhooks app)
             interfaces = {
                 (i.protocol_binding, i.protocol_version): i for i in card.supported_interfaces

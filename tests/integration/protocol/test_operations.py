@@ -261,7 +261,7 @@ def test_card_interfaces_etag_and_304(wire, agent):
     assert card["capabilities"]["extensions"][0]["params"]["jwksUrl"] == (
         "http://testserver/ops/.well-known/jwks.json"
     )
-    assert card["capabilities"]["streaming"] is False
+    assert card["capabilities"]["streaming"] is True  # this process's event hub is connected
     assert card["url"] == "http://testserver/ops/v0.3"  # v0.3 top-level fields merged
     etag = resp.headers["ETag"]
     assert "max-age=" in resp.headers["Cache-Control"]
