@@ -193,8 +193,11 @@ def delivery_record(*, claim: Claim, result: TransportResult) -> Outcome:
             error_class=result.error_class or "",
             response_excerpt=result.body_excerpt[:2000],
         )
+        # Lock only this delivery: a plain FOR UPDATE over the join would also lock the
+        # endpoint row every delivery to that receiver shares (a lock convoy, measured by
+        # bench/delivery_bench.py).
         delivery = (
-            Delivery.objects.select_for_update()
+            Delivery.objects.select_for_update(of=("self",), no_key=True)
             .select_related("binding__endpoint")
             .get(pk=claim.delivery_pk)
         )
