@@ -160,6 +160,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+if CELERY_BROKER_URL.startswith("redis://"):
+    # kombu's Redis transport with a fix that lets workers survive a Redis restart.
+    CELERY_BROKER_TRANSPORT = "a2a_platform.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False

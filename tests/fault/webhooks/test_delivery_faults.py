@@ -223,14 +223,6 @@ def redis_outage():
         wait_until(_redis_up, timeout=15, message="Redis back up")
 
 
-@pytest.mark.xfail(
-    reason=(
-        "known gap, see the closing note of issue 4: after a Redis restart the worker's "
-        "consumer does not recover (kombu restore_unacked fails), so the sweeper's "
-        "re-enqueued jobs are not consumed until the worker restarts"
-    ),
-    strict=False,
-)
 def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, receivers):
     """Redis goes away while a head delivery is being retried (its retry messages and every
     queued job are lost with it) and while a new task with a webhook is accepted (its
@@ -269,4 +261,5 @@ def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, 
     assert_delivered(receiver, second_config, scripted_agent)
     assert state_of(during) == TaskState.COMPLETED
     assert celery_worker.popen.poll() is None, "the worker survived the outage"
+    assert "Unrecoverable error" not in celery_worker.log()
     assert celery_beat.popen.poll() is None, "beat survived the outage"

@@ -1,0 +1,34 @@
+"""The Redis broker transport, hardened so a Celery worker survives a Redis restart.
+
+When Redis goes away while the worker's consumer waits on BRPOP, Celery closes the broken
+connection twice (once to collect it, once to release it). kombu's Redis channel reads the
+pending BRPOP reply before marking itself closed; that read fails on the dead socket, the
+first close stops half-way, and the second close then runs after the transport was detached
+and raises AttributeError. Celery does not count that as a connection error, so the worker
+stops with "Unrecoverable error" instead of reconnecting (reproduced by
+tests/fault/webhooks/test_delivery_faults.py::test_redis_restarted_mid_run_everything_is_delivered).
+
+Here a failed read of the pending reply is what it is, a dead connection: the close goes on,
+so the channel is closed once, fully, and the consumer reconnects. Nothing of the message
+flow changes: every job's truth is in the database and the sweepers re-enqueue what the
+restart lost.
+"""
+
+from queue import Empty
+
+from kombu.transport import redis
+
+
+class Channel(redis.Channel):
+    def close(self):
+        if self._in_poll:
+            try:
+                self._brpop_read()
+            except (Empty, *self.connection_errors):
+                # The reply can never come: the connection died with the broker.
+                pass
+        super().close()
+
+
+class Transport(redis.Transport):
+    Channel = Channel
