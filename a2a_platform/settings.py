@@ -240,6 +240,18 @@ A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS",
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
+# The delivery pump (webhooks/pump.py): sends in flight per pump, seconds a pump claims before
+# it hands over to a fresh one, sending threads per worker process (shared by its pumps).
+A2A_WEBHOOK_PUMP_WINDOW = env.int("A2A_WEBHOOK_PUMP_WINDOW", default=32)
+A2A_WEBHOOK_PUMP_SECONDS = env.float("A2A_WEBHOOK_PUMP_SECONDS", default=2)
+A2A_WEBHOOK_SEND_THREADS = env.int("A2A_WEBHOOK_SEND_THREADS", default=64)
+# A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
+A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)
+# Delivery signing keys are read once per this many seconds per worker process (0: always);
+# a key added or retired signs, or stops signing, within that time.
+A2A_SIGNING_KEY_CACHE_SECONDS = env.float(
+    "A2A_SIGNING_KEY_CACHE_SECONDS", default=0 if PROFILE == "test" else 5
+)
 # Retention: delivered deliveries, their attempts and task events older than this are purged
 # (batched) by a beat job; dead-lettered deliveries stay until an operator acts.
 A2A_RETENTION_DAYS = env.int("A2A_RETENTION_DAYS", default=14)

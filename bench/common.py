@@ -42,6 +42,7 @@ def platform_env(database_url: str, **extra: str) -> dict[str, str]:
             "LOG_LEVEL": "INFO",
             "A2A_AGENT_CACHE_SECONDS": "2",
             "A2A_API_KEY_CACHE_SECONDS": "5",
+            "A2A_SIGNING_KEY_CACHE_SECONDS": "5",
             **extra,
         }
     )

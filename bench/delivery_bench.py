@@ -40,8 +40,8 @@ Figures:
   "jobs" counts deliver jobs run and "idle" those that delivered nothing (worker logs);
   a run during which the Redis server restarted (its run id changed) is repeated, up to 3
   times, and flagged if it still was;
-  "swept" counts configs the sweeper re-enqueued during the run (it re-enqueues every config
-  whose head delivery is due, whether or not a job for it is already queued).
+  "swept" counts sweeps that found a due head during the run (each then wakes a pump unless
+  one is claiming: webhooks/wake.py).
   "load" is the 1-minute load average at the end of the run (other tenants included).
   CPU ms per delivery over the delivery window: the webhooks workers, this database's
   PostgreSQL backends (in live runs the window includes the producers' statements), and the
@@ -612,10 +612,10 @@ class Workers:
         jobs = idle = failed = 0
         for name in self.names:
             for line in log_text(name).splitlines():
-                if "webhooks.deliver_config[" in line and "succeeded" in line:
+                if "webhooks.deliver[" in line and "succeeded" in line:
                     jobs += 1
-                    idle += "'sent 0'" in line
-                elif "webhooks.deliver_config[" in line and "raised" in line:
+                    idle += "'claimed 0," in line
+                elif "webhooks.deliver[" in line and "raised" in line:
                     failed += 1
         return jobs, idle, failed
 
@@ -641,7 +641,8 @@ class Sweeper:
         self.mark = len(log_text(self.NAME))
 
     def swept(self) -> int:
-        """Configs the delivery sweeper re-enqueued since start_window()."""
+        """Sweeps that found a due head (and woke a pump unless one was claiming) since
+        start_window()."""
         text = log_text(self.NAME)[self.mark :]
         return sum(
             int(m.group(1))
@@ -848,15 +849,17 @@ def finish_profile(running: dict) -> dict:
     return result
 
 
-# Phases of a deliver job: the first of these functions found in a sample's stack.
+# Phases of a delivery pump: the first of these functions found in a sample's stack.
 _PHASES = (
     ("claim: _headers (keys, sign)", "_headers (webhooks/delivery.py"),
-    ("claim: the rest", "delivery_claim_head ("),
-    ("record", "delivery_record ("),
-    ("transport.post", "post (webhooks/transport.py"),
-    ("publish (send_job)", "send_job ("),
-    ("job, other", "deliver_config_job ("),
+    ("claim: the rest", "delivery_claim_batch ("),
+    ("record", "delivery_record_many ("),
+    ("transport.post (sending threads)", "post (webhooks/transport.py"),
+    ("wake flag / publish", "webhooks/wake.py"),
+    ("pump, other (waiting on sends)", "run_pump ("),
 )
+# A sample belongs to the pump when one of these is in its stack (its thread or a sender).
+_PUMP_FRAMES = ("run_pump (", "_send (webhooks/pump.py")
 # Libraries, by the innermost frame's file.
 _LIBS = (
     ("django ORM (models, sql)", ("django/db/models",)),
@@ -878,7 +881,7 @@ def summarize_profile(path: Path, *, only_jobs: bool) -> dict:
     total = 0
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
-        if not count.isdigit() or (only_jobs and "deliver_config_job (" not in stack):
+        if not count.isdigit() or (only_jobs and not any(f in stack for f in _PUMP_FRAMES)):
             continue
         n = int(count)
         total += n
@@ -970,7 +973,7 @@ def print_profile(profile: dict) -> None:
     if not profile:
         return
     for kind, title in (
-        ("wall", "wall time of the threads inside deliver_config_job"),
+        ("wall", "wall time of the pump and sending threads"),
         ("cpu", "on-CPU time (the thread holding the GIL), whole worker"),
     ):
         prof = profile.get(kind) or {}

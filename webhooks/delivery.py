@@ -9,18 +9,21 @@ forward as a lease before the send, so a worker that dies mid-send only delays t
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
-from a2a_platform.side_effects import enqueue_on_commit
+from a2a_platform.ttl_cache import TTLCache
 from agents.signing import ensure_signing_key, live_private_keys
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
@@ -32,9 +35,9 @@ from webhooks.models import (
     Endpoint,
     PushConfig,
 )
-from webhooks.services import DELIVER_CONFIG_JOB
 from webhooks.signer import bearer_jwt, webhook_headers
 from webhooks.transport import TransportResult
+from webhooks.wake import wake_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +63,21 @@ def auth_retry_schedule() -> list[float]:
     return [float(x) for x in settings.A2A_WEBHOOK_AUTH_RETRY_SCHEDULE]
 
 
+_signing_keys: TTLCache[list] = TTLCache(lambda: settings.A2A_SIGNING_KEY_CACHE_SECONDS)
+
+
+def _keys(agent) -> list:
+    keys = _signing_keys.get(agent.pk)
+    if keys is None:
+        ensure_signing_key(agent)
+        keys = _signing_keys.put(agent.pk, live_private_keys(agent))
+    return keys
+
+
 def _headers(delivery: Delivery, now_ts: int) -> dict[str, str]:
     binding = delivery.binding
     agent = delivery.task.agent
-    ensure_signing_key(agent)
-    keys = live_private_keys(agent)
+    keys = _keys(agent)
     body = delivery.body.encode()
     binding_version = f"{binding.config.config_id}.v{binding.version}"
     headers = {
@@ -101,66 +114,142 @@ def redact(headers: dict[str, str]) -> dict[str, str]:
     return {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
 
 
-def delivery_claim_head(*, config_pk: int, manual: bool = False) -> Claim | None:
-    """Claim the head delivery of one config, or None (nothing due, in flight, paused,
-    the endpoint at its in-flight cap, or another worker holds the config)."""
+def _due_heads(now, config_pks: Iterable[int] | None = None):
+    """Head deliveries (each config's oldest open one) that are due, of configs whose endpoint
+    is not paused. A head in flight (its lease not passed) is not due and blocks its config."""
+    older_open = Delivery.objects.filter(
+        config_id=OuterRef("config_id"), state__in=OPEN_DELIVERY_STATES, id__lt=OuterRef("id")
+    )
+    heads = Delivery.objects.filter(
+        state__in=OPEN_DELIVERY_STATES,
+        next_attempt_at__lte=now,
+        binding__endpoint__paused_at__isnull=True,
+    )
+    if config_pks is not None:
+        heads = heads.filter(config_id__in=list(config_pks))
+    return heads.exclude(Exists(older_open)).order_by("next_attempt_at", "id")
+
+
+def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
+    """Claim up to `limit` due heads, at most one per config, in one short transaction.
+
+    Skipped without spending a try: configs another claimer holds (their rows are locked with
+    SKIP LOCKED), heads of endpoints at their in-flight cap, and failing endpoints another
+    claimer holds."""
     now = timezone.now()
+    candidates = list(_due_heads(now, config_pks).values_list("config_id", flat=True)[:limit])
+    if not candidates:
+        return []
     with transaction.atomic():
-        config = PushConfig.objects.select_for_update(skip_locked=True).filter(pk=config_pk)
-        if not config.exists():
-            return None
-        head = (
-            Delivery.objects.select_related(
+        locked = list(
+            PushConfig.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=candidates)
+            .values_list("pk", flat=True)
+        )
+        if not locked:
+            return []
+        # Again under the locks: another claimer may have committed since the first look.
+        heads = list(
+            _due_heads(now, locked).select_related(
                 "binding", "binding__config", "binding__endpoint", "task", "task__agent"
             )
-            .filter(config_id=config_pk, state__in=OPEN_DELIVERY_STATES)
-            .order_by("id")
-            .first()
         )
-        if head is None or head.next_attempt_at > now:
-            return None
-        endpoint = head.binding.endpoint
-        if endpoint.paused_at is not None:
-            return None
+        chosen = _within_endpoint_caps(heads, now)
+        if not chosen:
+            return []
+        lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
+        Delivery.objects.filter(pk__in=[head.pk for head in chosen]).update(
+            state=DeliveryState.SENDING,
+            attempts=F("attempts") + 1,
+            next_attempt_at=now + timedelta(seconds=lease),
+        )
+        earlier = dict(
+            DeliveryAttempt.objects.filter(delivery_id__in=[head.pk for head in chosen])
+            .values("delivery_id")
+            .annotate(n=Count("id"))
+            .values_list("delivery_id", "n")
+        )
+        timestamp = int(now.timestamp())
+        claims, attempts = [], []
+        for head in chosen:
+            headers = _headers(head, timestamp)
+            before = earlier.get(head.pk, 0)
+            attempts.append(
+                DeliveryAttempt(
+                    delivery=head,
+                    # The timeline numbers every attempt; `attempts` restarts at a replay, so
+                    # a first try that follows earlier ones is the replay's: an operator's.
+                    number=before + 1,
+                    url=head.binding.url,
+                    started_at=now,
+                    request_headers=redact(headers),
+                    manual=before > 0 and head.attempts == 0,
+                )
+            )
+            claims.append((head, headers))
+        DeliveryAttempt.objects.bulk_create(attempts)
+    return [
+        Claim(
+            delivery_pk=head.pk,
+            config_pk=head.config_id,
+            attempt_pk=attempt.pk,
+            attempt_number=head.attempts + 1,
+            url=head.binding.url,
+            body=head.body.encode(),
+            headers=headers,
+        )
+        for (head, headers), attempt in zip(claims, attempts, strict=True)
+    ]
+
+
+def _within_endpoint_caps(heads: list[Delivery], now) -> list[Delivery]:
+    """The heads that fit their endpoint's in-flight cap, longest-waiting first.
+
+    A failing endpoint (down, hanging) gets one try in flight at a time, claimed under its row
+    lock so concurrent claimers cannot overshoot: otherwise its timeouts take every sending
+    thread and stall all other endpoints. Its other configs wait (no try is spent) and are
+    claimed again later; a success lifts the cap."""
+    endpoints = {head.binding.endpoint_id: head.binding.endpoint for head in heads}
+    failing = [pk for pk, endpoint in endpoints.items() if endpoint.consecutive_failures]
+    held = set()
+    if failing:
+        held = set(
+            Endpoint.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=failing)
+            .values_list("pk", flat=True)
+        )
+    in_flight = collections.Counter(
+        dict(
+            Delivery.objects.filter(
+                binding__endpoint_id__in=list(endpoints),
+                state=DeliveryState.SENDING,
+                next_attempt_at__gt=now,
+            )
+            .values("binding__endpoint_id")
+            .annotate(n=Count("id"))
+            .values_list("binding__endpoint_id", "n")
+        )
+    )
+    chosen = []
+    for head in heads:
+        endpoint = endpoints[head.binding.endpoint_id]
         cap = settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
         if endpoint.consecutive_failures:
-            # A failing endpoint (down, hanging) gets one try in flight at a time, claimed
-            # under its row lock so concurrent claims cannot overshoot: otherwise its
-            # timeouts take every worker thread and stall all other endpoints. The others
-            # wait (no try is spent) and are swept again; a success lifts the cap.
-            locked = Endpoint.objects.select_for_update(skip_locked=True).filter(pk=endpoint.pk)
-            if not locked.exists():
-                return None
+            if endpoint.pk not in held:
+                continue
             cap = 1
-        in_flight = Delivery.objects.filter(
-            binding__endpoint=endpoint, state=DeliveryState.SENDING, next_attempt_at__gt=now
-        ).count()
-        if in_flight >= cap:
-            return None
-        lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
-        head.state = DeliveryState.SENDING
-        head.attempts += 1
-        head.next_attempt_at = now + timedelta(seconds=lease)
-        head.save(update_fields=["state", "attempts", "next_attempt_at"])
-        headers = _headers(head, int(now.timestamp()))
-        attempt = DeliveryAttempt.objects.create(
-            delivery=head,
-            # The timeline numbers every attempt; `attempts` restarts at a replay.
-            number=DeliveryAttempt.objects.filter(delivery=head).count() + 1,
-            url=head.binding.url,
-            started_at=now,
-            request_headers=redact(headers),
-            manual=manual,
-        )
-    return Claim(
-        delivery_pk=head.pk,
-        config_pk=config_pk,
-        attempt_pk=attempt.pk,
-        attempt_number=head.attempts,
-        url=head.binding.url,
-        body=head.body.encode(),
-        headers=headers,
-    )
+        if in_flight[endpoint.pk] >= cap:
+            continue
+        in_flight[endpoint.pk] += 1
+        chosen.append(head)
+    return chosen
+
+
+def delivery_claim_head(*, config_pk: int) -> Claim | None:
+    """Claim the head delivery of one config, or None (nothing due, in flight, paused, the
+    endpoint at its in-flight cap, or another claimer holds the config)."""
+    claims = delivery_claim_batch(limit=1, config_pks=[config_pk])
+    return claims[0] if claims else None
 
 
 def _jitter(seconds: float) -> float:
@@ -185,45 +274,84 @@ class Outcome:
 
 def delivery_record(*, claim: Claim, result: TransportResult) -> Outcome:
     """Record one attempt's result and decide: delivered, retry later, or dead-letter."""
+    return delivery_record_many([(claim, result)])[0]
+
+
+def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> list[Outcome]:
+    """Record a batch of attempts in one short transaction, each decided on its own.
+
+    A delivered or dead head makes its config's next delivery due: the caller (the pump)
+    claims it next, or wakes a pump when it no longer claims. A retry leaves a timed wake-up
+    hint; the time itself is in `next_attempt_at` (the sweeper finds it if the hint is lost).
+    """
+    if not results:
+        return []
     now = timezone.now()
     with transaction.atomic():
-        DeliveryAttempt.objects.filter(pk=claim.attempt_pk).update(
-            duration_ms=result.duration_ms,
-            status=result.status,
-            error_class=result.error_class or "",
-            response_excerpt=result.body_excerpt[:2000],
+        DeliveryAttempt.objects.bulk_update(
+            [
+                DeliveryAttempt(
+                    pk=claim.attempt_pk,
+                    duration_ms=result.duration_ms,
+                    status=result.status,
+                    error_class=result.error_class or "",
+                    response_excerpt=result.body_excerpt[:2000],
+                )
+                for claim, result in results
+            ],
+            ["duration_ms", "status", "error_class", "response_excerpt"],
         )
-        # Lock only this delivery: a plain FOR UPDATE over the join would also lock the
+        # Lock only the deliveries: a plain FOR UPDATE over the join would also lock the
         # endpoint row every delivery to that receiver shares (a lock convoy, measured by
         # bench/delivery_bench.py).
-        delivery = (
-            Delivery.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("binding__endpoint")
-            .get(pk=claim.delivery_pk)
+        deliveries = Delivery.objects.select_for_update(of=("self",), no_key=True).select_related(
+            "binding__endpoint"
         )
-        if delivery.state != DeliveryState.SENDING or delivery.attempts != claim.attempt_number:
-            return Outcome("stale")  # the lease passed and another worker took over
-        endpoint = delivery.binding.endpoint
-        delivery.last_status = result.status
-        delivery.last_error = (result.error_class or "")[:300]
-        if result.ok:
-            delivery.state = DeliveryState.DELIVERED
-            delivery.finished_at = now
-            delivery.save()
-            Endpoint.objects.filter(pk=endpoint.pk).update(
-                consecutive_failures=0, last_success_at=now
+        by_pk = {d.pk: d for d in deliveries.filter(pk__in=[c.delivery_pk for c, _ in results])}
+        outcomes: list[Outcome] = []
+        delivered: list[Delivery] = []
+        succeeded: set[int] = set()
+        failed: collections.Counter[int] = collections.Counter()
+        for claim, result in results:
+            delivery = by_pk.get(claim.delivery_pk)
+            if (
+                delivery is None
+                or delivery.state != DeliveryState.SENDING
+                or delivery.attempts != claim.attempt_number
+            ):
+                outcomes.append(Outcome("stale"))  # the lease passed and another took over
+                continue
+            delivery.last_status = result.status
+            delivery.last_error = (result.error_class or "")[:300]
+            endpoint = delivery.binding.endpoint
+            if result.ok:
+                delivery.state = DeliveryState.DELIVERED
+                delivery.finished_at = now
+                delivered.append(delivery)
+                succeeded.add(endpoint.pk)
+                outcomes.append(Outcome("delivered"))
+            else:
+                failed[endpoint.pk] += 1
+                outcomes.append(_retry_or_dead(delivery, result, endpoint, now))
+        Delivery.objects.bulk_update(
+            delivered, ["state", "finished_at", "last_status", "last_error"]
+        )
+        if succeeded:
+            # Written when it changes something (a failure streak ends) or is a second old:
+            # every success rewriting the shared endpoint row would serialize the batches.
+            Endpoint.objects.filter(pk__in=succeeded).filter(
+                Q(consecutive_failures__gt=0)
+                | Q(last_success_at__isnull=True)
+                | Q(last_success_at__lt=now - timedelta(seconds=1))
+            ).update(consecutive_failures=0, last_success_at=now)
+        for endpoint_pk, count in failed.items():
+            Endpoint.objects.filter(pk=endpoint_pk).update(
+                consecutive_failures=F("consecutive_failures") + count, last_failure_at=now
             )
-            outcome = Outcome("delivered")
-        else:
-            Endpoint.objects.filter(pk=endpoint.pk).update(
-                consecutive_failures=F("consecutive_failures") + 1, last_failure_at=now
-            )
-            outcome = _retry_or_dead(delivery, result, endpoint, now)
-        if outcome.state in ("delivered", "dead"):
-            enqueue_on_commit(DELIVER_CONFIG_JOB, [claim.config_pk])
-        elif outcome.retry_in is not None:
-            enqueue_on_commit(DELIVER_CONFIG_JOB, [claim.config_pk], countdown=outcome.retry_in)
-    return outcome
+        # One hint per distinct second of wait, not one per retry.
+        for seconds in sorted({math.ceil(o.retry_in) for o in outcomes if o.retry_in}):
+            wake_on_commit(countdown=seconds)
+    return outcomes
 
 
 def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoint, now) -> Outcome:
@@ -249,11 +377,11 @@ def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoi
             wait = max(wait, min(result.retry_after, 86400.0))
         delivery.state = DeliveryState.PENDING
         delivery.next_attempt_at = now + timedelta(seconds=wait)
-        delivery.save()
+        delivery.save(update_fields=["state", "next_attempt_at", "last_status", "last_error"])
         return Outcome("retry", wait)
     delivery.state = DeliveryState.DEAD
     delivery.finished_at = now
-    delivery.save()
+    delivery.save(update_fields=["state", "finished_at", "last_status", "last_error"])
     _alert(
         AlertKind.DEAD_LETTER,
         endpoint,
@@ -268,21 +396,10 @@ def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoi
 
 
 def due_configs(limit: int = 1000) -> list[int]:
-    """Configs whose head is due (lost messages, dead workers, retries whose countdown message
-    was lost with its worker): what the sweeper re-enqueues."""
-    now = timezone.now()
-    # Only a head counts (a config's oldest open delivery; one per config, so no duplicates):
-    # the pending rows queued behind a head that waits for its retry are "due" too, and must
-    # not fill `limit` ahead of other configs' due heads. Longest-waiting heads first.
-    older_open = Delivery.objects.filter(
-        config_id=OuterRef("config_id"), state__in=OPEN_DELIVERY_STATES, id__lt=OuterRef("id")
-    )
-    return list(
-        Delivery.objects.filter(state__in=OPEN_DELIVERY_STATES, next_attempt_at__lte=now)
-        .exclude(Exists(older_open))
-        .order_by("next_attempt_at", "id")
-        .values_list("config_id", flat=True)[:limit]
-    )
+    """Configs whose head is due, longest-waiting first, each once (only heads count: the
+    rows queued behind a head that waits for its retry are "due" by time too): what is
+    waiting for a pump. Paused endpoints' configs are not due."""
+    return list(_due_heads(timezone.now()).values_list("config_id", flat=True)[:limit])
 
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
@@ -294,6 +411,8 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
         rows = list(
             Delivery.objects.select_for_update()
             .filter(pk__in=delivery_pks, state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED])
+            # A deleted config's client asked to stop: nothing of it is sent again.
+            .filter(config__deleted_at__isnull=True)
             .values_list("pk", "config_id", "event_id")
         )
         # A replay starts a fresh retry schedule (the same event id, so receivers dedupe).
@@ -305,6 +424,6 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
             action="replay_deliveries",
             target={"deliveries": [str(r[2]) for r in rows]},
         )
-        for config_pk in {r[1] for r in rows}:
-            enqueue_on_commit(DELIVER_CONFIG_JOB, [config_pk])
+        if rows:
+            wake_on_commit()
     return len(rows)

@@ -3,42 +3,27 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
-from a2a_platform.side_effects import send_job
-from webhooks.delivery import delivery_claim_head, delivery_record, due_configs
-from webhooks.services import DELIVER_CONFIG_JOB
-from webhooks.transport import post
-
-MAX_PER_RUN = 100
+from webhooks.delivery import due_configs
+from webhooks.pump import run_pump
+from webhooks.wake import DELIVER_JOB, wake
 
 
-@shared_task(name=DELIVER_CONFIG_JOB)
-def deliver_config_job(config_pk: int) -> str:
-    """Deliver a config's due deliveries in order, one at a time, until one must wait."""
-    sent = 0
-    while sent < MAX_PER_RUN:
-        claim = delivery_claim_head(config_pk=config_pk)
-        if claim is None:
-            return f"sent {sent}"
-        result = post(
-            claim.url, claim.body, claim.headers, timeout=settings.A2A_WEBHOOK_TIMEOUT_SECONDS
-        )
-        outcome = delivery_record(claim=claim, result=result)
-        sent += 1
-        if outcome.state not in ("delivered", "dead"):
-            return f"sent {sent}, then {outcome.state}"
-    send_job(DELIVER_CONFIG_JOB, [config_pk])  # a long backlog: yield to other configs
-    return f"sent {sent}, more queued"
+@shared_task(name=DELIVER_JOB)
+def deliver_job() -> str:
+    """Run one delivery pump (webhooks/pump.py): claim, send and record what is due."""
+    run = run_pump()
+    return f"claimed {run.claimed}, delivered {run.delivered}"
 
 
 @shared_task(name="webhooks.sweep_deliveries")
 def sweep_deliveries_job() -> int:
-    """Safety net: re-enqueue every config whose head delivery is due."""
-    configs = due_configs()
-    for config_pk in configs:
-        send_job(DELIVER_CONFIG_JOB, [config_pk])
-    return len(configs)
+    """Safety net: wake a pump when a head is due (lost wake-ups, dead workers, retries whose
+    hint was lost with its worker). No message when a pump is claiming anyway."""
+    due = len(due_configs(limit=1))
+    if due:
+        wake()
+    return due
 
 
 @shared_task(name="webhooks.purge_old_rows")

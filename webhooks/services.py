@@ -20,7 +20,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt, encrypt
-from a2a_platform.side_effects import enqueue_on_commit
 from tasks import wire
 from tasks.errors import InvalidPayload, TaskNotFound
 from tasks.models import Task, TaskEvent
@@ -34,8 +33,8 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.ssrf import UnsafeDestination, check_url
+from webhooks.wake import wake_on_commit
 
-DELIVER_CONFIG_JOB = "webhooks.deliver_config"
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
 # non-ASCII character would make every delivery of the config fail to be sent).
@@ -133,7 +132,7 @@ def push_config_create(*, task: Task, config: dict[str, Any], issuer: str = "") 
             body=_snapshot_body(task),
             next_attempt_at=now,
         )
-        enqueue_on_commit(DELIVER_CONFIG_JOB, [push.pk])
+        wake_on_commit()
     return binding
 
 
@@ -227,8 +226,7 @@ def on_task_event(task: Task, event: TaskEvent) -> None:
             for binding_pk, config_pk in bindings
         ]
     )
-    for _, config_pk in bindings:
-        enqueue_on_commit(DELIVER_CONFIG_JOB, [config_pk])
+    wake_on_commit()
 
 
 def open_deliveries_exist(config_pk: int) -> bool:
@@ -251,22 +249,13 @@ def endpoint_pause(*, endpoint_pk: int, actor: str, reason: str = "paused by an 
 
 
 def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
-    """Resume an endpoint and re-enqueue every config that has deliveries waiting on it."""
+    """Resume an endpoint: a pump claims what waited on it."""
     with transaction.atomic():
         Endpoint.objects.filter(pk=endpoint_pk).update(
             paused_at=None, paused_reason="", consecutive_failures=0
         )
         _audit(actor, "resume_endpoint", {"endpoint": endpoint_pk})
-        configs = (
-            Delivery.objects.filter(
-                binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
-            )
-            .order_by()  # else Delivery's default ordering (id) makes DISTINCT per row
-            .values_list("config_id", flat=True)
-            .distinct()
-        )
-        for config_pk in configs:
-            enqueue_on_commit(DELIVER_CONFIG_JOB, [config_pk])
+        wake_on_commit()
 
 
 def alert_resolve(*, alert_pk: int, actor: str) -> None:

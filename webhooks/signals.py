@@ -1,4 +1,5 @@
-"""A starting worker re-enqueues its due backlog, then registers for the readiness gate.
+"""A starting worker wakes a delivery pump for its due backlog, then registers for the
+readiness gate.
 
 Retries a dead worker held in memory are lost with it; the database still knows them. Only
 after that re-enqueue does this worker count as a live delivery worker (agents/readiness.py).
@@ -20,13 +21,13 @@ def register_worker(app, hostname: str) -> None:
     readiness gate (a delivery worker counts only once its backlog was re-enqueued)."""
     from agents.readiness import worker_started
     from webhooks.delivery import due_configs
-    from webhooks.services import DELIVER_CONFIG_JOB
+    from webhooks.wake import wake
 
     queues = sorted(app.amqp.queues.consume_from or [])
     reenqueued = True
-    if "webhooks" in queues:
-        for config_pk in due_configs():
-            reenqueued = send_job(DELIVER_CONFIG_JOB, [config_pk]) and reenqueued
+    if "webhooks" in queues and due_configs(limit=1):
+        # A flag left by a pump that died with a previous worker must not hold this one back.
+        reenqueued = wake(force=True) and reenqueued
     if "agents" in queues or "heartbeat" in queues:
         reenqueued = send_job("tasks.sweep_dispatches", []) and reenqueued
     worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)

@@ -23,7 +23,13 @@ from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
 from webhooks import ssrf
-from webhooks.delivery import delivery_claim_head, delivery_record, delivery_replay
+from webhooks.delivery import (
+    delivery_claim_batch,
+    delivery_claim_head,
+    delivery_record,
+    delivery_record_many,
+    delivery_replay,
+)
 from webhooks.models import (
     Alert,
     AlertKind,
@@ -401,6 +407,43 @@ def test_claim_skips_a_config_another_worker_holds(transactional_db, agent):
     assert delivery_claim_head(config_pk=push.pk) is not None
 
 
+def test_a_batch_claims_one_head_per_config_within_endpoint_caps(agent, clock, schedules, settings):
+    settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = 2
+    tasks = [new_task(agent) for _ in range(3)]
+    shared = [register(task, "a") for task in tasks]  # three configs, one endpoint
+    other = register(tasks[0], "b", url="https://other.example.org/")
+    for task in tasks:  # a second delivery behind every head
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+
+    claims = delivery_claim_batch(limit=10)
+    # One head per config; the shared endpoint's cap (2) leaves its third config waiting.
+    assert [c.config_pk for c in claims] == [shared[0].pk, shared[1].pk, other.pk]
+    assert [c.delivery_pk for c in claims] == [
+        deliveries(push)[0].pk for push in (shared[0], shared[1], other)
+    ]
+    assert delivery_claim_batch(limit=10) == []  # heads in flight; the third config at cap
+
+    outcomes = delivery_record_many(
+        [(claims[0], result(200)), (claims[1], result(503)), (claims[2], result(404))]
+    )
+    assert [o.state for o in outcomes] == ["delivered", "retry", "dead"]
+    assert [d.state for d in deliveries(shared[0])] == [
+        DeliveryState.DELIVERED,
+        DeliveryState.PENDING,
+    ]
+    assert deliveries(shared[1])[0].state == DeliveryState.PENDING
+    assert deliveries(other)[0].state == DeliveryState.DEAD
+    attempts = DeliveryAttempt.objects.filter(pk__in=[c.attempt_pk for c in claims])
+    assert sorted(a.status for a in attempts) == [200, 404, 503]
+    # A failure in the batch makes the shared endpoint a failing one: one try in flight.
+    shared_endpoint = Endpoint.objects.get(origin="https://hooks.example.org:443")
+    assert shared_endpoint.consecutive_failures == 1
+    nxt = delivery_claim_batch(limit=10)
+    on_shared = [c for c in nxt if c.config_pk in {push.pk for push in shared}]
+    assert len(on_shared) == 1
+    assert [c.delivery_pk for c in nxt if c.config_pk == other.pk] == [deliveries(other)[1].pk]
+
+
 @pytest.mark.parametrize(
     "failure",
     [result(500), result(503), result(429), result(408), result(None, error="connect")],
@@ -560,6 +603,28 @@ def test_replay_reopens_dead_and_delivered_with_the_same_event_id(agent, clock, 
         sent.append(claim.headers["webhook-id"])
         assert delivery_record(claim=claim, result=result(200)).state == "delivered"
     assert sent == [str(dead.event_id), str(delivered.event_id), str(pending.event_id)]
+    # The timeline marks the replay's tries as an operator's.
+    timeline = DeliveryAttempt.objects.filter(delivery__in=[dead, delivered, pending])
+    assert sorted(timeline.values_list("delivery_id", "number", "manual")) == sorted(
+        [
+            (dead.pk, 1, False),
+            (dead.pk, 2, True),
+            (delivered.pk, 1, False),
+            (delivered.pk, 2, True),
+            (pending.pk, 1, False),
+        ]
+    )
+
+
+def test_replay_skips_deliveries_of_a_deleted_config(agent, clock, schedules):
+    task = new_task(agent)
+    push = register(task, "a")
+    delivery_record(claim=delivery_claim_head(config_pk=push.pk), result=result(200))
+    delete_config(task=task, config_id="a")
+    (delivered,) = deliveries(push)
+    assert delivery_replay(delivery_pks=[delivered.pk], actor="ops") == 0
+    delivered.refresh_from_db()
+    assert delivered.state == DeliveryState.DELIVERED
 
 
 # --- Retention -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What the safety nets re-enqueue: each config once, by its head (the oldest open delivery).
+"""What the safety nets see as due: each config once, by its head (the oldest open delivery).
 
 A config's backlog queued behind a head that waits for its retry is past its
 `next_attempt_at` too; it must neither repeat the config nor push other configs' due heads
@@ -15,7 +15,7 @@ from django.utils import timezone
 from tests.webhook_checks import configure, open_task
 from webhooks.delivery import due_configs
 from webhooks.models import Delivery
-from webhooks.services import endpoint_resume
+from webhooks.services import endpoint_pause, endpoint_resume
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +61,7 @@ def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
     assert due_configs(limit=1) == [waiting.pk]
 
 
-def test_endpoint_resume_enqueues_each_waiting_config_once(
+def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(
     scripted_agent, django_capture_on_commit_callbacks
 ):
     _, (first,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
@@ -69,7 +69,10 @@ def test_endpoint_resume_enqueues_each_waiting_config_once(
     backlog(first, 4, timezone.now())
     endpoint = first.bindings.get().endpoint
     assert second.bindings.get().endpoint == endpoint  # one origin
+    endpoint_pause(endpoint_pk=endpoint.pk, actor="ops")
+    assert due_configs() == []  # held: nothing for the sweeper to wake a pump for
 
     with django_capture_on_commit_callbacks() as callbacks:
         endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
-    assert len(callbacks) == 2  # one deliver job per config, not per open delivery
+    assert len(callbacks) == 1  # one wake-up, not one per config or per open delivery
+    assert sorted(due_configs()) == sorted([first.pk, second.pk])

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from webhooks import transport
-from webhooks.transport import PostRequest, TransportResult, post, post_many
+from webhooks.transport import PostRequest, TransportResult, post, post_guarded
 
 PUBLIC_V4 = "93.184.215.14"
 BIG_BODY = b"x" * 100_000
@@ -354,53 +354,19 @@ def test_post_connects_to_the_checked_address_keeping_the_host_name(
     assert fake_dns.lookups == ["receiver.test", "receiver.test"]
 
 
-# --- batches -------------------------------------------------------------------------------------
+# --- guarded sends (the delivery pump's) ------------------------------------------------------
 
 
-def test_post_many_one_hung_receiver_does_not_stall_the_others(
-    receiver, allow_loopback, monkeypatch
-):
-    finished: dict[str, float] = {}
-    real_post = transport.post
-
-    def timed_post(url, body, headers, *, timeout):
-        result = real_post(url, body, headers, timeout=timeout)
-        finished[url] = time.monotonic()
-        return result
-
-    monkeypatch.setattr(transport, "post", timed_post)
-    hung, fast_1, fast_2 = receiver.url("/hang"), receiver.url("/ok?n=1"), receiver.url("/ok?n=2")
-
-    results = post_many(
-        [PostRequest(hung, b"{}", {}), (fast_1, b"{}", {}), (fast_2, b"{}", {})],
-        timeout=2.0,
-        max_concurrency=3,
-    )
-
-    assert [r.error_class for r in results] == ["timeout", None, None]  # input order
-    assert [r.status for r in results] == [None, 200, 200]
-    assert finished[fast_1] < finished[hung]
-    assert finished[fast_2] < finished[hung]
-    assert results[1].duration_ms < results[0].duration_ms
-    assert results[2].duration_ms < results[0].duration_ms
+def test_post_guarded_sends_like_post(receiver, allow_loopback):
+    result = post_guarded(PostRequest(receiver.url("/ok"), b"{}", {}), 5)
+    assert (result.status, result.error_class) == (200, None)
 
 
-def test_post_many_keeps_order_and_isolates_failures(receiver, allow_loopback):
-    results = post_many(
-        [
-            (receiver.url("/fail"), b"{}", {}),
-            ("ftp://example.com/", b"{}", {}),
-            (receiver.url("/ok"), b"{}", {}),
-        ],
-        timeout=5,
-        max_concurrency=2,
-    )
-    assert [(r.status, r.error_class) for r in results] == [
-        (500, None),
-        (None, "ssrf"),
-        (200, None),
-    ]
+def test_post_guarded_turns_a_bug_into_an_internal_result(monkeypatch):
+    def broken(url, body, headers, *, timeout):
+        raise RuntimeError("boom")
 
-
-def test_post_many_empty():
-    assert post_many([], timeout=1, max_concurrency=4) == []
+    monkeypatch.setattr(transport, "post", broken)
+    result = post_guarded(PostRequest("https://example.com/", b"{}", {}), 1.0)
+    assert (result.status, result.error_class) == (None, "internal")
+    assert "RuntimeError: boom" in result.error_detail

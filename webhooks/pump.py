@@ -1,0 +1,106 @@
+"""The delivery pump: claim due heads in batches, POST them concurrently, record as they land.
+
+One pump runs inside one `webhooks.deliver` job. It keeps up to `A2A_WEBHOOK_PUMP_WINDOW`
+sends in flight on the process's sending threads; whenever some finish it records them in one
+transaction and claims again, so a delivered head's successor goes next without a broker
+round trip, and a hung receiver holds one window slot, never the batch. Claims, records and
+order are webhooks/delivery.py's; waking pumps is webhooks/wake.py's.
+
+A pump claims for `A2A_WEBHOOK_PUMP_SECONDS`, then hands over (wakes a fresh pump and only
+drains what it has in flight), so a job never runs long and a worker shutdown is quick.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from webhooks import wake
+from webhooks.delivery import Claim, delivery_claim_batch, delivery_record_many
+from webhooks.transport import PostRequest, TransportResult, post_guarded
+
+# While it may claim, a pump that waits on slow sends still looks for new work this often:
+# writes committed while it holds the wake flag published no job and count on it.
+POLL_SECONDS = 0.02
+
+_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+_executor_pid: int | None = None
+
+
+def _senders() -> ThreadPoolExecutor:
+    """The process's sending threads (shared by its pumps; a forked child makes its own)."""
+    global _executor, _executor_pid
+    with _lock:
+        if _executor is None or _executor_pid != os.getpid():
+            _executor = ThreadPoolExecutor(
+                max_workers=settings.A2A_WEBHOOK_SEND_THREADS, thread_name_prefix="webhook-send"
+            )
+            _executor_pid = os.getpid()
+        return _executor
+
+
+def _send(claim: Claim) -> TransportResult:
+    request = PostRequest(claim.url, claim.body, claim.headers)
+    return post_guarded(request, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
+
+
+@dataclass
+class PumpRun:
+    claimed: int = 0
+    recorded: int = 0
+    delivered: int = 0
+
+
+def run_pump() -> PumpRun:
+    run = PumpRun()
+    window = settings.A2A_WEBHOOK_PUMP_WINDOW
+    deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
+    in_flight: dict[Future[TransportResult], Claim] = {}
+
+    def claim_more() -> int:
+        room = window - len(in_flight)
+        if room <= 0:
+            return 0
+        claims = delivery_claim_batch(limit=room)
+        for claim in claims:
+            in_flight[_senders().submit(_send, claim)] = claim
+        run.claimed += len(claims)
+        return len(claims)
+
+    claiming = True
+    try:
+        while True:
+            if claiming and time.monotonic() >= deadline:
+                claiming = False
+                wake.release()
+                wake.wake()  # a fresh pump claims from here; this one drains
+            if claiming:
+                wake.hold()
+                claim_more()
+                if not in_flight:
+                    wake.release()
+                    if not claim_more():  # what was committed while the flag was held
+                        break
+            if not in_flight:
+                break
+            done, _ = wait(
+                in_flight, timeout=POLL_SECONDS if claiming else None, return_when=FIRST_COMPLETED
+            )
+            if not done:
+                continue
+            outcomes = delivery_record_many([(in_flight.pop(f), f.result()) for f in done])
+            run.recorded += len(outcomes)
+            finished = [o for o in outcomes if o.state in ("delivered", "dead")]
+            run.delivered += sum(1 for o in finished if o.state == "delivered")
+            if finished and not claiming:
+                wake.wake()  # their configs' next deliveries are due; this pump claims no more
+    finally:
+        if claiming:
+            wake.release()
+    return run
