@@ -114,6 +114,12 @@ class Delivery(models.Model):
         indexes = [
             models.Index(fields=["config", "state", "id"], name="delivery_config_head"),
             models.Index(fields=["state", "next_attempt_at"], name="delivery_due"),
+            # Claims walk the open rows in due order and stop after a batch (webhooks/delivery.py).
+            models.Index(
+                fields=["next_attempt_at", "id"],
+                condition=models.Q(state__in=["pending", "sending"]),
+                name="delivery_open_due_order",
+            ),
         ]
         verbose_name_plural = "deliveries"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -27,6 +27,8 @@ from webhooks.transport import PostRequest, TransportResult, post_guarded
 # While it may claim, a pump that waits on slow sends still looks for new work this often:
 # writes committed while it holds the wake flag published no job and count on it.
 POLL_SECONDS = 0.02
+# Once a send finished, those finishing within this long are recorded with it.
+GATHER_SECONDS = 0.002
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -94,6 +96,9 @@ def run_pump() -> PumpRun:
             )
             if not done:
                 continue
+            # Sends to a healthy receiver finish within moments of each other: take them in
+            # one record (and so one claim) instead of a transaction each.
+            done, _ = wait(in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
             outcomes = delivery_record_many([(in_flight.pop(f), f.result()) for f in done])
             run.recorded += len(outcomes)
             finished = [o for o in outcomes if o.state in ("delivered", "dead")]

@@ -7,19 +7,24 @@ Worker processes running pumps are tested in test_delivery_e2e.py and tests/faul
 from __future__ import annotations
 
 import collections
+import threading
+import time
 
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.db import connection
 
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
 from tests.webhook_checks import configure
 from webhooks import wake
+from webhooks.delivery import delivery_claim_batch, delivery_record_many
 from webhooks.models import Delivery, DeliveryState
 from webhooks.pump import run_pump
 from webhooks.services import push_config_create
+from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,6 +44,12 @@ def broker():
     client.delete(wake.FLAG_KEY, "webhooks")
     yield client
     client.delete(wake.FLAG_KEY, "webhooks")
+
+
+def ok() -> TransportResult:
+    return TransportResult(
+        status=200, headers={}, body_excerpt="", duration_ms=1.0, error_class=None, retry_after=None
+    )
 
 
 def queued(client) -> int:
@@ -105,3 +116,56 @@ def test_one_pump_delivers_every_backlog_in_order(receivers, broker):
     for received in seqs.values():
         assert received == sorted(received)  # per config, strictly in order
     assert not broker.exists(wake.FLAG_KEY)  # released: the next write wakes a new pump
+
+
+def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
+    """Eight threads claim and record at once over 10 configs x 5 deliveries: every delivery is
+    claimed exactly once, and each config's deliveries are claimed in order."""
+    agent = AgentFactory(executor="external")
+    configs = []
+    for _ in range(10):
+        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        binding = push_config_create(task=task, config={"id": "a", "url": "http://127.0.0.1:9/h"})
+        for i in range(4):
+            services.task_add_artifact(
+                task_id=task.pk, artifact={"artifactId": f"a{i}", "parts": [{"text": "x"}]}
+            )
+        configs.append(binding.config)
+    total = Delivery.objects.filter(config__in=configs).count()
+    assert total == 50
+    claimed: list[tuple[int, int, float]] = []  # (config, delivery, when)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def claimer() -> None:
+        try:
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 1.0:
+                claims = delivery_claim_batch(limit=3)
+                if not claims:
+                    time.sleep(0.005)
+                    continue
+                idle_since = time.monotonic()
+                with lock:
+                    claimed.extend((c.config_pk, c.delivery_pk, time.monotonic()) for c in claims)
+                delivery_record_many([(c, ok()) for c in claims])
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert sorted(d for _, d, _ in claimed) == sorted(
+        Delivery.objects.filter(config__in=configs).values_list("pk", flat=True)
+    )  # each exactly once
+    for config in configs:
+        order = [d for c, d, _ in sorted(claimed, key=lambda x: x[2]) if c == config.pk]
+        assert order == sorted(order)
+    assert set(Delivery.objects.filter(config__in=configs).values_list("attempts", flat=True)) == {
+        1
+    }
