@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
@@ -126,20 +126,26 @@ def relaxed_commit() -> None:
 def _due_heads(now, config_pks: Iterable[int] | None = None):
     """Head deliveries (each config's oldest open one) that are due, longest-waiting first, of
     configs whose endpoint is not paused. A head in flight (its lease not passed) is not due
-    and blocks its config. Narrow on purpose (no joins): PostgreSQL walks the open rows in due
-    order (index delivery_open_due_order), probes the two conditions per row and stops at the
-    limit, so a claim costs the same with a backlog of a hundred or of a million."""
-    older_open = Delivery.objects.filter(
-        config_id=OuterRef("config_id"), state__in=OPEN_DELIVERY_STATES, id__lt=OuterRef("id")
-    )
+    and blocks its config.
+
+    Heads are found as the smallest open id per config (one pass over the open rows, index
+    delivery_config_head), not by asking of each due row whether an older one is open: with
+    long per-config backlogs that question costs a probe of the backlog per row. The outer
+    state condition matters: PostgreSQL re-checks it on a row another claimer changed while
+    this statement waited, so a head delivered meanwhile is not claimed again."""
+    open_rows = Delivery.objects.filter(state__in=OPEN_DELIVERY_STATES)
+    if config_pks is not None:
+        open_rows = open_rows.filter(config_id__in=list(config_pks))
+    firsts = open_rows.order_by().values("config_id").annotate(first=Min("id")).values("first")
     paused = PushBinding.objects.filter(
         pk=OuterRef("binding_id"), endpoint__paused_at__isnull=False
     )
-    heads = Delivery.objects.filter(state__in=OPEN_DELIVERY_STATES, next_attempt_at__lte=now)
-    if config_pks is not None:
-        heads = heads.filter(config_id__in=list(config_pks))
     return (
-        heads.exclude(Exists(older_open)).exclude(Exists(paused)).order_by("next_attempt_at", "id")
+        Delivery.objects.filter(
+            pk__in=Subquery(firsts), state__in=OPEN_DELIVERY_STATES, next_attempt_at__lte=now
+        )
+        .exclude(Exists(paused))
+        .order_by("next_attempt_at", "id")
     )
 
 
@@ -166,6 +172,13 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
             .order_by("next_attempt_at", "id")
         )
         chosen = _within_endpoint_caps(heads, now)
+        waiting = [head.pk for head in heads if head not in chosen]
+        if waiting:
+            # At their endpoint's cap: no try spent, but they step back in the due order, or
+            # the longest-waiting heads of one saturated endpoint would fill every batch.
+            Delivery.objects.filter(pk__in=waiting).update(
+                next_attempt_at=now + timedelta(seconds=settings.A2A_WEBHOOK_CAP_WAIT_SECONDS)
+            )
         if not chosen:
             return []
         lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS

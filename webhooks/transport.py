@@ -173,65 +173,55 @@ class SSRFSafeBackend(httpcore.SyncBackend):
         raise last
 
 
-class SSRFSafeTransport(httpx.HTTPTransport):
-    """httpx's transport (request/response mapping, exception mapping) over a connection pool
-    whose network backend is `SSRFSafeBackend`. No proxies: a proxy would make the
-    connection, and the check would be about the proxy, not the receiver."""
+# --- the connection pool --------------------------------------------------------------------
+#
+# httpcore directly, not an httpx.Client over it: the delivery pump sends hundreds of requests
+# a second, and httpx's request/response models, cookie jar and URL handling cost as much CPU
+# as httpcore and h11 together (measured with bench/delivery_bench.py). No proxies: a proxy
+# would make the connection, and the check would be about the proxy, not the receiver.
 
-    def __init__(
-        self, *, verify: ssl.SSLContext | bool = True, limits: httpx.Limits | None = None
-    ) -> None:
-        limits = limits or httpx.Limits(
-            max_connections=200, max_keepalive_connections=64, keepalive_expiry=5.0
-        )
-        ssl_context = (
-            verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
-        )
-        super().__init__(verify=ssl_context, limits=limits)
-        # httpx.HTTPTransport has no parameter for the network backend; it keeps its
-        # httpcore pool in `_pool` and `handle_request` sends through it (httpx 0.28,
-        # httpx/_transports/default.py). The rebinding test fails if that ever changes.
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=SSRFSafeBackend(),
-        )
+_pool_lock = threading.Lock()
+_pool: httpcore.ConnectionPool | None = None
+_pool_pid: int | None = None
+
+_FIXED_HEADERS = [
+    (b"User-Agent", USER_AGENT.encode()),
+    # identity: the excerpt is 2 KB, never decompress (a small gzip can be huge).
+    (b"Accept-Encoding", b"identity"),
+]
 
 
-# --- the client -----------------------------------------------------------------------------
+def connection_pool(*, verify: ssl.SSLContext | bool = True) -> httpcore.ConnectionPool:
+    """An HTTP/1.1 pool whose every new connection goes through `SSRFSafeBackend`."""
+    ssl_context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
+    return httpcore.ConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=200,
+        max_keepalive_connections=64,
+        keepalive_expiry=5.0,
+        http1=True,
+        http2=False,
+        network_backend=SSRFSafeBackend(),
+    )
 
-_client_lock = threading.Lock()
-_client: httpx.Client | None = None
-_client_pid: int | None = None
 
-
-def _get_client() -> httpx.Client:
-    """One client per process (thread-safe); a forked child builds its own pool."""
-    global _client, _client_pid
-    with _client_lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = httpx.Client(
-                transport=SSRFSafeTransport(),
-                trust_env=False,
-                follow_redirects=False,
-                # identity: the excerpt is 2 KB, never decompress (a small gzip can be huge).
-                headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
-            )
-            _client_pid = os.getpid()
-        return _client
+def _get_pool() -> httpcore.ConnectionPool:
+    """One pool per process (thread-safe); a forked child builds its own."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = connection_pool()
+            _pool_pid = os.getpid()
+        return _pool
 
 
 def close_client() -> None:
-    """Close the process's client (worker shutdown, tests)."""
-    global _client, _client_pid
-    with _client_lock:
-        if _client is not None and _client_pid == os.getpid():
-            _client.close()
-        _client, _client_pid = None, None
+    """Close the process's pool (worker shutdown, tests)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is not None and _pool_pid == os.getpid():
+            _pool.close()
+        _pool, _pool_pid = None, None
 
 
 # --- results --------------------------------------------------------------------------------
@@ -289,7 +279,7 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _classify_connect(exc: httpx.ConnectError) -> str:
+def _classify_connect(exc: httpcore.ConnectError) -> str:
     for link in _chain(exc):
         if isinstance(link, _ResolutionFailed):
             return "dns"
@@ -308,54 +298,72 @@ def post(
     token = _DEADLINE.set(time.monotonic() + timeout)
     try:
         target = check_url(url)
-        with _get_client().stream(
+        request_headers = _FIXED_HEADERS + [
+            (name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()
+        ]
+        limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+        with _get_pool().stream(
             "POST",
             target.url,
+            headers=request_headers,
             content=content,
-            headers=dict(headers),
-            timeout=httpx.Timeout(timeout),
-            follow_redirects=False,
+            extensions={"timeout": limits},
         ) as response:
+            answer = {
+                key.decode("latin-1").lower(): value.decode("latin-1")
+                for key, value in response.headers
+            }
             excerpt, detail = _read_excerpt(response)
             return TransportResult(
-                status=response.status_code,
-                headers={key.lower(): value for key, value in response.headers.items()},
-                body_excerpt=_decode(excerpt, response.charset_encoding),
+                status=response.status,
+                headers=answer,
+                body_excerpt=_decode(excerpt, _charset(answer.get("content-type"))),
                 duration_ms=_elapsed_ms(started),
                 error_class=None,
-                retry_after=parse_retry_after(response.headers.get("retry-after")),
+                retry_after=parse_retry_after(answer.get("retry-after")),
                 error_detail=detail,
             )
     except UnsafeDestination as exc:
         return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
-    except httpx.TimeoutException as exc:
+    except httpcore.TimeoutException as exc:
         return _failure("timeout", f"{type(exc).__name__}: {exc}", started)
-    except httpx.ConnectError as exc:
+    except httpcore.ConnectError as exc:
         return _failure(_classify_connect(exc), str(exc), started)
-    except httpx.ProtocolError as exc:
+    except httpcore.ProtocolError as exc:
         return _failure("protocol", f"{type(exc).__name__}: {exc}", started)
-    except httpx.NetworkError as exc:
+    except httpcore.NetworkError as exc:
         return _failure("network", f"{type(exc).__name__}: {exc}", started)
-    except (httpx.InvalidURL, UnicodeError) as exc:
+    except (httpcore.UnsupportedProtocol, UnicodeError, ValueError) as exc:
         return _failure("request", f"{type(exc).__name__}: {exc}", started)
-    except httpx.HTTPError as exc:
-        return _failure("protocol", f"{type(exc).__name__}: {exc}", started)
     except OSError as exc:
         return _failure("network", f"{type(exc).__name__}: {exc}", started)
     finally:
         _DEADLINE.reset(token)
 
 
-def _read_excerpt(response: httpx.Response) -> tuple[bytes, str | None]:
+_CHARSET = re.compile(r"charset\s*=\s*\"?([A-Za-z0-9._-]{1,40})", re.IGNORECASE)
+
+
+def _charset(content_type: str | None) -> str | None:
+    match = _CHARSET.search(content_type or "")
+    return match.group(1) if match else None
+
+
+def _read_excerpt(response: httpcore.Response) -> tuple[bytes, str | None]:
     """The first EXCERPT_BYTES of the body. The status line is the receiver's answer, so a
     body that breaks or stalls afterwards is noted, not turned into a failure."""
     excerpt = b""
     try:
-        for chunk in response.iter_raw():
+        for chunk in response.iter_stream():
             excerpt += chunk
             if len(excerpt) >= EXCERPT_BYTES:
                 break
-    except (httpx.TransportError, OSError) as exc:
+    except (
+        httpcore.TimeoutException,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+        OSError,
+    ) as exc:
         return excerpt[:EXCERPT_BYTES], f"response body: {type(exc).__name__}"
     return excerpt[:EXCERPT_BYTES], None
 

@@ -447,6 +447,26 @@ def test_a_batch_claims_one_head_per_config_within_endpoint_caps(agent, clock, s
     assert [c.delivery_pk for c in nxt if c.config_pk == other.pk] == [deliveries(other)[1].pk]
 
 
+def test_a_saturated_endpoint_does_not_starve_the_others(agent, clock, schedules, settings):
+    settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = 1
+    task = new_task(agent)
+    busy = [register(task, f"busy-{i}") for i in range(3)]  # the longest-waiting heads
+    calm = register(task, "calm", url="https://calm.example.org/")
+
+    first = delivery_claim_batch(limit=2)
+    assert [c.config_pk for c in first] == [busy[0].pk]  # busy-1 waits: its endpoint is at cap
+    # The busy endpoint's other heads step back instead of filling the next batch again.
+    second = delivery_claim_batch(limit=2)
+    assert [c.config_pk for c in second] == [calm.pk]
+    for push in busy[1:]:
+        assert deliveries(push)[0].attempts == 0  # waiting spent no try
+    clock.shift(settings.A2A_WEBHOOK_CAP_WAIT_SECONDS + 0.01)
+    assert delivery_claim_batch(limit=5) == []  # still at cap: busy-0 is in flight
+    delivery_record(claim=first[0], result=result(200))
+    clock.shift(settings.A2A_WEBHOOK_CAP_WAIT_SECONDS + 0.01)
+    assert [c.config_pk for c in delivery_claim_batch(limit=5)] == [busy[1].pk]
+
+
 @pytest.mark.parametrize(
     "failure",
     [result(500), result(503), result(429), result(408), result(None, error="connect")],

@@ -357,6 +357,11 @@ def test_post_connects_to_the_checked_address_keeping_the_host_name(
 # --- guarded sends (the delivery pump's) ------------------------------------------------------
 
 
+def test_post_header_value_that_is_not_ascii_is_a_request_error(receiver, allow_loopback):
+    result = post(receiver.url("/ok"), b"{}", {"X-Token": "caf\u00e9"}, timeout=5)
+    assert (result.status, result.error_class) == (None, "request")
+
+
 def test_post_guarded_sends_like_post(receiver, allow_loopback):
     result = post_guarded(PostRequest(receiver.url("/ok"), b"{}", {}), 5)
     assert (result.status, result.error_class) == (200, None)
