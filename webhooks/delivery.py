@@ -19,21 +19,21 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, Min, OuterRef, Q, Subquery
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
 from a2a_platform.ttl_cache import TTLCache
 from agents.signing import ensure_signing_key, live_private_keys
+from webhooks import heads
 from webhooks.models import (
-    OPEN_DELIVERY_STATES,
     Alert,
     AlertKind,
     Delivery,
     DeliveryAttempt,
     DeliveryState,
     Endpoint,
-    PushBinding,
+    PushConfig,
 )
 from webhooks.signer import bearer_jwt, webhook_headers
 from webhooks.transport import TransportResult
@@ -123,70 +123,58 @@ def relaxed_commit() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
-def _due_heads(now, config_pks: Iterable[int] | None = None):
-    """Head deliveries (each config's oldest open one) that are due, longest-waiting first, of
-    configs whose endpoint is not paused. A head in flight (its lease not passed) is not due
-    and blocks its config.
-
-    Heads are found as the smallest open id per config (one pass over the open rows, index
-    delivery_config_head), not by asking of each due row whether an older one is open: with
-    long per-config backlogs that question costs a probe of the backlog per row. The outer
-    state condition matters: PostgreSQL re-checks it on a row another claimer changed while
-    this statement waited, so a head delivered meanwhile is not claimed again."""
-    open_rows = Delivery.objects.filter(state__in=OPEN_DELIVERY_STATES)
-    if config_pks is not None:
-        open_rows = open_rows.filter(config_id__in=list(config_pks))
-    firsts = open_rows.order_by().values("config_id").annotate(first=Min("id")).values("first")
-    paused = PushBinding.objects.filter(
-        pk=OuterRef("binding_id"), endpoint__paused_at__isnull=False
-    )
-    return (
-        Delivery.objects.filter(
-            pk__in=Subquery(firsts), state__in=OPEN_DELIVERY_STATES, next_attempt_at__lte=now
-        )
-        .exclude(Exists(paused))
-        .order_by("next_attempt_at", "id")
-    )
-
-
 def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
     """Claim up to `limit` due heads, at most one per config, in one short transaction.
 
-    The head rows are locked with SKIP LOCKED as they are read: a config's only claimable row
-    is its head, so holding the head holds the config, and two claimers never interleave one
-    config. Skipped without spending a try: heads another claimer holds, heads of endpoints at
-    their in-flight cap, and failing endpoints another claimer holds."""
+    Configs whose head is due are locked with SKIP LOCKED as they are read off their index
+    (webhooks/heads.py), so two claimers never interleave one config. Skipped without spending
+    a try: configs another claimer holds; heads of endpoints at their in-flight cap or of
+    failing endpoints another claimer holds (looked at again after a short wait); heads of
+    paused endpoints (parked until the endpoint resumes)."""
     now = timezone.now()
     with transaction.atomic():
         relaxed_commit()
-        locked = list(
-            _due_heads(now, config_pks)
+        due = PushConfig.objects.filter(head_due_at__lte=now)
+        if config_pks is not None:
+            due = due.filter(pk__in=list(config_pks))
+        configs = list(
+            due.order_by("head_due_at", "id")
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)[:limit]
         )
-        if not locked:
+        if not configs:
             return []
-        heads = list(
-            Delivery.objects.filter(pk__in=locked)
+        firsts = heads.head_ids(configs)
+        found = list(
+            Delivery.objects.filter(pk__in=list(firsts.values()))
             .select_related("binding", "binding__config", "binding__endpoint", "task__agent")
             .order_by("next_attempt_at", "id")
         )
-        chosen = _within_endpoint_caps(heads, now)
-        waiting = [head.pk for head in heads if head not in chosen]
+        heads.set_due(set(configs) - set(firsts), None)  # nothing open: nothing scheduled
+        ready = []
+        for head in found:
+            if head.binding.endpoint.paused_at is not None:
+                heads.set_due([head.config_id], None)  # parked; resuming refreshes it
+            elif head.next_attempt_at > now:
+                heads.set_due([head.config_id], head.next_attempt_at)
+            else:
+                ready.append(head)
+        chosen = _within_endpoint_caps(ready, now)
+        waiting = [head.config_id for head in ready if head not in chosen]
         if waiting:
-            # At their endpoint's cap: no try spent, but they step back in the due order, or
-            # the longest-waiting heads of one saturated endpoint would fill every batch.
-            Delivery.objects.filter(pk__in=waiting).update(
-                next_attempt_at=now + timedelta(seconds=settings.A2A_WEBHOOK_CAP_WAIT_SECONDS)
-            )
+            # No try spent; they step back in the due order, or the longest-waiting heads of
+            # one saturated endpoint would fill every batch.
+            wait = settings.A2A_WEBHOOK_CAP_WAIT_SECONDS
+            heads.set_due(waiting, now + timedelta(seconds=wait))
+            wake_on_commit(countdown=wait)
         if not chosen:
             return []
         lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
+        leased_until = now + timedelta(seconds=lease)
         Delivery.objects.filter(pk__in=[head.pk for head in chosen]).update(
-            state=DeliveryState.SENDING,
-            attempts=F("attempts") + 1,
-            next_attempt_at=now + timedelta(seconds=lease),
+            state=DeliveryState.SENDING, attempts=F("attempts") + 1, next_attempt_at=leased_until
         )
+        heads.set_due([head.config_id for head in chosen], leased_until)
         earlier = dict(
             DeliveryAttempt.objects.filter(delivery_id__in=[head.pk for head in chosen])
             .values("delivery_id")
@@ -311,8 +299,10 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
     if not results:
         return []
     now = timezone.now()
+    config_pks = {claim.config_pk for claim, _ in results}
     with transaction.atomic():
         relaxed_commit()
+        heads.lock(config_pks)  # configs before deliveries, as everywhere (webhooks/heads.py)
         _write_attempt_results(results)
         # Lock only the deliveries: a plain FOR UPDATE over the join would also lock the
         # endpoint row every delivery to that receiver shares (a lock convoy, measured by
@@ -367,6 +357,7 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
             Endpoint.objects.filter(pk=endpoint_pk).update(
                 consecutive_failures=F("consecutive_failures") + count, last_failure_at=now
             )
+        heads.refresh(config_pks)
         # One hint per distinct second of wait, not one per retry.
         for seconds in sorted({math.ceil(o.retry_in) for o in outcomes if o.retry_in}):
             wake_on_commit(countdown=seconds)
@@ -436,10 +427,11 @@ def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoi
 
 
 def due_configs(limit: int = 1000) -> list[int]:
-    """Configs whose head is due, longest-waiting first, each once (only heads count: the
-    rows queued behind a head that waits for its retry are "due" by time too): what is
-    waiting for a pump. Paused endpoints' configs are not due."""
-    return list(_due_heads(timezone.now()).values_list("config_id", flat=True)[:limit])
+    """Configs whose head is due, longest-waiting first (each once: a config has one head;
+    the rows queued behind a head that waits for its retry do not count): what is waiting
+    for a pump. Configs parked on a paused endpoint are not due."""
+    due = PushConfig.objects.filter(head_due_at__lte=timezone.now()).order_by("head_due_at", "id")
+    return list(due.values_list("pk", flat=True)[:limit])
 
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
@@ -447,22 +439,28 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
     from webhooks.models import OperatorAction
 
     now = timezone.now()
+    replayable = Delivery.objects.filter(
+        pk__in=delivery_pks,
+        state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED],
+        # A deleted config's client asked to stop: nothing of it is sent again.
+        config__deleted_at__isnull=True,
+    )
     with transaction.atomic():
+        config_pks = heads.lock(replayable.values_list("config_id", flat=True))
         rows = list(
-            Delivery.objects.select_for_update()
-            .filter(pk__in=delivery_pks, state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED])
-            # A deleted config's client asked to stop: nothing of it is sent again.
-            .filter(config__deleted_at__isnull=True)
-            .values_list("pk", "config_id", "event_id")
+            replayable.filter(config_id__in=config_pks)
+            .select_for_update(of=("self",))
+            .values_list("pk", "event_id")
         )
         # A replay starts a fresh retry schedule (the same event id, so receivers dedupe).
-        Delivery.objects.filter(pk__in=[r[0] for r in rows]).update(
+        Delivery.objects.filter(pk__in=[pk for pk, _ in rows]).update(
             state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None, attempts=0
         )
+        heads.refresh(config_pks)
         OperatorAction.objects.create(
             actor=actor[:150],
             action="replay_deliveries",
-            target={"deliveries": [str(r[2]) for r in rows]},
+            target={"deliveries": [str(event_id) for _, event_id in rows]},
         )
         if rows:
             wake_on_commit()

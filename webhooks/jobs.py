@@ -20,6 +20,9 @@ def deliver_job() -> str:
 def sweep_deliveries_job() -> int:
     """Safety net: wake a pump when a head is due (lost wake-ups, dead workers, retries whose
     hint was lost with its worker). No message when a pump is claiming anyway."""
+    from webhooks.heads import repair
+
+    repair()
     due = len(due_configs(limit=1))
     if due:
         wake()

@@ -37,11 +37,22 @@ class PushConfig(models.Model):
     current_version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # When its head delivery (oldest open one) is due: the delivery queue claims by this, so a
+    # claim reads a batch of configs off an index, whatever the backlog behind each head.
+    # NULL: nothing owed, or parked (its endpoint is paused). webhooks/heads.py keeps it.
+    head_due_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["task", "id"]
         constraints = [
             models.UniqueConstraint(fields=["task", "config_id"], name="pushconfig_unique_id")
+        ]
+        indexes = [
+            models.Index(
+                fields=["head_due_at", "id"],
+                condition=models.Q(head_due_at__isnull=False),
+                name="pushconfig_head_due",
+            )
         ]
         verbose_name = "push config"
 
@@ -114,11 +125,11 @@ class Delivery(models.Model):
         indexes = [
             models.Index(fields=["config", "state", "id"], name="delivery_config_head"),
             models.Index(fields=["state", "next_attempt_at"], name="delivery_due"),
-            # Claims walk the open rows in due order and stop after a batch (webhooks/delivery.py).
+            # A config's head: its first entry here (webhooks/heads.py).
             models.Index(
-                fields=["next_attempt_at", "id"],
+                fields=["config", "id"],
                 condition=models.Q(state__in=["pending", "sending"]),
-                name="delivery_open_due_order",
+                name="delivery_open_by_config",
             ),
         ]
         verbose_name_plural = "deliveries"

@@ -24,6 +24,7 @@ from tasks import wire
 from tasks.errors import InvalidPayload, TaskNotFound
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
+from webhooks import heads
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
     Delivery,
@@ -132,6 +133,7 @@ def push_config_create(*, task: Task, config: dict[str, Any], issuer: str = "") 
             body=_snapshot_body(task),
             next_attempt_at=now,
         )
+        heads.owe([push.pk], now)
         wake_on_commit()
     return binding
 
@@ -193,6 +195,7 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         push.deliveries.filter(state__in=OPEN_DELIVERY_STATES).update(
             state=DeliveryState.CANCELED, finished_at=now
         )
+        heads.refresh([push.pk])
 
 
 def on_task_event(task: Task, event: TaskEvent) -> None:
@@ -226,6 +229,7 @@ def on_task_event(task: Task, event: TaskEvent) -> None:
             for binding_pk, config_pk in bindings
         ]
     )
+    heads.owe([config_pk for _, config_pk in bindings], now)
     wake_on_commit()
 
 
@@ -255,6 +259,10 @@ def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
             paused_at=None, paused_reason="", consecutive_failures=0
         )
         _audit(actor, "resume_endpoint", {"endpoint": endpoint_pk})
+        waiting = Delivery.objects.filter(
+            binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
+        ).values_list("config_id", flat=True)
+        heads.refresh(heads.lock(waiting))  # parked configs are due again
         wake_on_commit()
 
 

@@ -380,7 +380,7 @@ def test_lease_gives_at_least_once(agent, clock, schedules):
     )
 
 
-def test_claim_skips_a_config_whose_head_another_claimer_holds(transactional_db, agent):
+def test_claim_skips_a_config_another_claimer_holds(transactional_db, agent):
     task = new_task(agent)
     push = register(task, "a")
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
@@ -390,7 +390,7 @@ def test_claim_skips_a_config_whose_head_another_claimer_holds(transactional_db,
     def hold():
         try:
             with transaction.atomic():
-                Delivery.objects.select_for_update().get(pk=head.pk)
+                PushConfig.objects.select_for_update().get(pk=push.pk)
                 locked.set()
                 release.wait(10)
         finally:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from tests.webhook_checks import configure, open_task
-from webhooks.delivery import due_configs
+from webhooks import heads
+from webhooks.delivery import delivery_claim_batch, due_configs
 from webhooks.models import Delivery
 from webhooks.services import endpoint_pause, endpoint_resume
 
@@ -26,7 +28,8 @@ def _loopback(settings):
 
 
 def backlog(config, count: int, at) -> None:
-    """`count` status deliveries queued behind the config's snapshot."""
+    """`count` status deliveries queued behind the config's snapshot (written as the outbox
+    writes them: the config is owed them)."""
     snapshot = Delivery.objects.get(config=config)
     for i in range(count):
         Delivery.objects.create(
@@ -38,6 +41,13 @@ def backlog(config, count: int, at) -> None:
             body="{}",
             next_attempt_at=at,
         )
+    heads.owe([config.pk], at)
+
+
+def reschedule(config) -> None:
+    """What a record does after moving a delivery's time: the config's head time follows."""
+    with transaction.atomic():
+        heads.refresh(heads.lock([config.pk]))
 
 
 def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
@@ -47,8 +57,10 @@ def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
     # `waiting`: its head retries in a minute; three deliveries wait behind it since long ago.
     Delivery.objects.filter(config=waiting).update(next_attempt_at=now + timedelta(minutes=1))
     backlog(waiting, 3, now - timedelta(minutes=10))
+    reschedule(waiting)
     # `due`: its head is due (more recently than that backlog).
     Delivery.objects.filter(config=due).update(next_attempt_at=now - timedelta(seconds=1))
+    reschedule(due)
 
     assert due_configs() == [due.pk]
     assert due_configs(limit=1) == [due.pk]
@@ -57,6 +69,7 @@ def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
     Delivery.objects.filter(config=waiting, kind="snapshot").update(
         next_attempt_at=now - timedelta(minutes=20)
     )
+    reschedule(waiting)
     assert due_configs() == [waiting.pk, due.pk]
     assert due_configs(limit=1) == [waiting.pk]
 
@@ -70,9 +83,23 @@ def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(
     endpoint = first.bindings.get().endpoint
     assert second.bindings.get().endpoint == endpoint  # one origin
     endpoint_pause(endpoint_pk=endpoint.pk, actor="ops")
-    assert due_configs() == []  # held: nothing for the sweeper to wake a pump for
+    assert delivery_claim_batch(limit=10) == []  # held: the claim parks both configs
+    assert due_configs() == []  # nothing for the sweeper to wake a pump for
+    assert [d.attempts for d in Delivery.objects.filter(config__in=[first, second])] == [0] * 6
 
     with django_capture_on_commit_callbacks() as callbacks:
         endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
     assert len(callbacks) == 1  # one wake-up, not one per config or per open delivery
     assert sorted(due_configs()) == sorted([first.pk, second.pk])
+
+
+def test_the_sweeper_repairs_a_config_owing_deliveries_without_a_head_time(scripted_agent):
+    _, (config,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Delivery.objects.filter(config=config).update(created_at=long_ago, next_attempt_at=long_ago)
+    config.__class__.objects.filter(pk=config.pk).update(head_due_at=None)  # a bug elsewhere
+    assert due_configs() == []
+
+    assert heads.repair() == 1
+    assert due_configs() == [config.pk]
+    assert heads.repair() == 0
