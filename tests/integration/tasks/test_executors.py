@@ -134,6 +134,8 @@ def test_scripted_work_is_re_enqueued_with_an_eta_not_slept(scripted_agent, proc
     dispatch.refresh_from_db()
     assert dispatch.state == DispatchState.DONE
     assert dispatch.claims == 2
+    # The job commits before Celery logs its result: wait for the line, then count.
+    wait_until(lambda: job_results(worker, "done") >= 1, timeout=5, message="job logged")
     assert job_results(worker, "done") == 1
 
 
