@@ -19,8 +19,10 @@ whenever something is due, so a lost wake delays work, never loses it. Without a
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+import time
 
 from django.conf import settings
 from django.db import transaction
@@ -80,18 +82,24 @@ def release() -> None:
 
 
 def wake(*, force: bool = False, countdown: float | None = None) -> bool:
-    """Make sure a pump will claim after this point. `force` publishes regardless of the flag
-    (the sweeper, a starting worker, a pump handing over); `countdown` is a retry's hint."""
-    client = None if force or countdown is not None else _redis()
+    """Make sure a pump will claim after this point (after `countdown` seconds: a retry's or a
+    capped endpoint's hint). `force` publishes regardless of the flag (a starting worker).
+    Timed wakes coalesce too: one per quarter second of due time."""
+    client = None if force else _redis()
     if client is not None:
+        key, ttl_ms = FLAG_KEY, _ttl_ms()
+        if countdown is not None:
+            bucket = math.ceil((time.time() + countdown) * 4)
+            key, ttl_ms = f"{FLAG_KEY}:at:{bucket}", int(countdown * 1000) + 1000
         try:
-            if not client.set(FLAG_KEY, b"1", px=_ttl_ms(), nx=True):
-                return True  # a pump is claiming and will claim again after this commit
+            if not client.set(key, b"1", px=ttl_ms, nx=True):
+                return True  # a pump is claiming, or one is due then anyway
         except Exception:
             logger.warning("wake flag unreadable; publishing", exc_info=True)
+            client = None
     if send_job(DELIVER_JOB, [], countdown=countdown):
         return True
-    if client is not None:
+    if client is not None and countdown is None:
         release()  # no job carries this flag: let the next write try again
     return False
 

@@ -41,9 +41,13 @@ def broker():
     if not url.startswith("redis://"):
         pytest.skip("wake-ups coalesce through a Redis broker only")
     client = redis.Redis.from_url(url)
-    client.delete(wake.FLAG_KEY, "webhooks")
+
+    def clean() -> None:
+        client.delete(wake.FLAG_KEY, "webhooks", *client.keys(f"{wake.FLAG_KEY}:*"))
+
+    clean()
     yield client
-    client.delete(wake.FLAG_KEY, "webhooks")
+    clean()
 
 
 def ok() -> TransportResult:
@@ -70,8 +74,18 @@ def test_wake_publishes_once_until_a_pump_claims(broker):
     assert wake.wake() is True
     assert queued(broker) == 2
 
-    assert wake.wake(force=True) is True  # the sweeper's and a starting worker's
+    assert wake.wake(force=True) is True  # a starting worker's
     assert queued(broker) == 3
+
+
+def test_timed_wakes_coalesce_per_quarter_second(broker):
+    """Retry and cap hints publish delayed jobs: one per quarter second of due time, not one
+    per hint."""
+    for _ in range(5):
+        assert wake.wake(countdown=30) is True
+    assert 1 <= queued(broker) <= 2  # the five fell in one or two quarter-second buckets
+    assert wake.wake(countdown=60) is True  # another due time: another job
+    assert 2 <= queued(broker) <= 3
 
 
 def test_every_event_write_wakes_once_per_burst(broker):
