@@ -29,6 +29,8 @@ from webhooks.transport import PostRequest, TransportResult, post_guarded
 POLL_SECONDS = 0.02
 # Once a send finished, those finishing within this long are recorded with it.
 GATHER_SECONDS = 0.002
+# Claimed beyond the sends that just finished (see `pace`).
+PROBE = 4
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -65,8 +67,13 @@ def run_pump() -> PumpRun:
     deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
     in_flight: dict[Future[TransportResult], Claim] = {}
 
+    # How many to claim next: a full window when nothing is in flight; else about as many as
+    # just finished (what their endpoints can take again) plus a few, so a saturated endpoint's
+    # due configs are not all locked and stepped back on every turn.
+    pace = window
+
     def claim_more() -> int:
-        room = window - len(in_flight)
+        room = min(window - len(in_flight), pace if in_flight else window)
         if room <= 0:
             return 0
         claims = delivery_claim_batch(limit=room)
@@ -95,12 +102,14 @@ def run_pump() -> PumpRun:
                 in_flight, timeout=POLL_SECONDS if claiming else None, return_when=FIRST_COMPLETED
             )
             if not done:
+                pace = PROBE
                 continue
             # Sends to a healthy receiver finish within moments of each other: take them in
             # one record (and so one claim) instead of a transaction each.
             done, _ = wait(in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
             outcomes = delivery_record_many([(in_flight.pop(f), f.result()) for f in done])
             run.recorded += len(outcomes)
+            pace = len(outcomes) + PROBE
             finished = [o for o in outcomes if o.state in ("delivered", "dead")]
             run.delivered += sum(1 for o in finished if o.state == "delivered")
             if finished and not claiming:
