@@ -239,6 +239,8 @@ A2A_WEBHOOK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_TIMEOUT_SECONDS", default=1
 A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS", default=30)
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
+# This many failed tries in a row raise an `endpoint_failing` alert (its next success resolves it).
+A2A_WEBHOOK_ENDPOINT_FAILING_AFTER = env.int("A2A_WEBHOOK_ENDPOINT_FAILING_AFTER", default=10)
 # A due head whose endpoint is at its cap is looked at again after this long (no try spent).
 A2A_WEBHOOK_CAP_WAIT_SECONDS = env.float("A2A_WEBHOOK_CAP_WAIT_SECONDS", default=0.25)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)

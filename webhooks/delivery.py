@@ -278,6 +278,36 @@ def _alert(kind: str, endpoint: Endpoint, message: str) -> None:
         )
 
 
+def _track_endpoint_health(
+    endpoints: dict[int, Endpoint],
+    succeeded: set[int],
+    failed: collections.Counter[int],
+    now,
+) -> None:
+    """Count failures per endpoint; an endpoint failing `A2A_WEBHOOK_ENDPOINT_FAILING_AFTER`
+    times in a row raises an `endpoint_failing` alert, which its next success resolves (the
+    condition is over; dead-letter and auth alerts stay until an operator acts)."""
+    recovered = [pk for pk in succeeded if endpoints[pk].consecutive_failures and pk not in failed]
+    if recovered:
+        Alert.objects.filter(
+            kind=AlertKind.ENDPOINT_FAILING, endpoint_id__in=recovered, resolved_at__isnull=True
+        ).update(resolved_at=now)
+    threshold = settings.A2A_WEBHOOK_ENDPOINT_FAILING_AFTER
+    for endpoint_pk, count in failed.items():
+        Endpoint.objects.filter(pk=endpoint_pk).update(
+            consecutive_failures=F("consecutive_failures") + count, last_failure_at=now
+        )
+        endpoint = endpoints[endpoint_pk]
+        streak = (0 if endpoint_pk in succeeded else endpoint.consecutive_failures) + count
+        if streak >= threshold:
+            _alert(
+                AlertKind.ENDPOINT_FAILING,
+                endpoint,
+                f"{endpoint.origin} failed {streak} deliveries in a row; its other deliveries "
+                "go one at a time until one succeeds",
+            )
+
+
 @dataclass(frozen=True)
 class Outcome:
     state: str  # delivered | retry | dead | stale
@@ -353,10 +383,8 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
                 | Q(last_success_at__isnull=True)
                 | Q(last_success_at__lt=now - timedelta(seconds=1))
             ).update(consecutive_failures=0, last_success_at=now)
-        for endpoint_pk, count in failed.items():
-            Endpoint.objects.filter(pk=endpoint_pk).update(
-                consecutive_failures=F("consecutive_failures") + count, last_failure_at=now
-            )
+        endpoints = {d.binding.endpoint_id: d.binding.endpoint for d in by_pk.values()}
+        _track_endpoint_health(endpoints, succeeded, failed, now)
         heads.refresh(config_pks)
         # One hint per distinct second of wait, not one per retry.
         for seconds in sorted({math.ceil(o.retry_in) for o in outcomes if o.retry_in}):

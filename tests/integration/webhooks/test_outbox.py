@@ -447,6 +447,30 @@ def test_a_batch_claims_one_head_per_config_within_endpoint_caps(agent, clock, s
     assert [c.delivery_pk for c in nxt if c.config_pk == other.pk] == [deliveries(other)[1].pk]
 
 
+def test_an_endpoint_failing_in_a_row_raises_an_alert_its_next_success_resolves(
+    agent, clock, schedules, settings
+):
+    settings.A2A_WEBHOOK_ENDPOINT_FAILING_AFTER = 2
+    task = new_task(agent)
+    push = register(task, "a")
+    (delivery,) = deliveries(push)
+    delivery_record(claim=delivery_claim_head(config_pk=push.pk), result=result(503))
+    assert not Alert.objects.filter(kind=AlertKind.ENDPOINT_FAILING).exists()
+
+    clock.shift(seconds_until(delivery) + 1)
+    failure = result(None, error="connect")
+    delivery_record(claim=delivery_claim_head(config_pk=push.pk), result=failure)
+    alert = Alert.objects.get(kind=AlertKind.ENDPOINT_FAILING)
+    assert alert.resolved_at is None
+    assert "failed 2 deliveries in a row" in alert.message
+
+    clock.shift(seconds_until(delivery) + 1)
+    delivery_record(claim=delivery_claim_head(config_pk=push.pk), result=result(200))
+    alert.refresh_from_db()
+    assert alert.resolved_at == timezone.now()  # resolved by the success (frozen clock)
+    assert Endpoint.objects.get(pk=alert.endpoint_id).consecutive_failures == 0
+
+
 def test_a_saturated_endpoint_does_not_starve_the_others(agent, clock, schedules, settings):
     settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = 1
     task = new_task(agent)
