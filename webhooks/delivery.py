@@ -10,6 +10,7 @@ forward as a lease before the send, so a worker that dies mid-send only delays t
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import random
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Count, F
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
@@ -114,13 +115,26 @@ def redact(headers: dict[str, str]) -> dict[str, str]:
     return {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
 
 
-def relaxed_commit() -> None:
-    """This transaction's commit need not wait for the WAL flush (PostgreSQL). Safe for claims
-    and records only: a crash that loses one re-sends the delivery with the same webhook-id
-    (at-least-once), while the outbox rows themselves are written with a durable commit."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+@contextlib.contextmanager
+def relaxed_commits():
+    """Within the block, this connection's commits need not wait for the WAL flush
+    (PostgreSQL). For the pump's claims and records only: a crash that loses one re-sends the
+    delivery with the same webhook-id (at-least-once), while the outbox rows themselves are
+    written by other transactions with a durable commit. Restored on the way out, so the
+    pooled connection goes back durable."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO OFF")
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET synchronous_commit")
+        except DatabaseError:
+            connection.close()  # never hand a relaxed session back to the pool
 
 
 def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
@@ -133,7 +147,6 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     paused endpoints (parked until the endpoint resumes)."""
     now = timezone.now()
     with transaction.atomic():
-        relaxed_commit()
         due = PushConfig.objects.filter(head_due_at__lte=now)
         if config_pks is not None:
             due = due.filter(pk__in=list(config_pks))
@@ -331,7 +344,6 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
     now = timezone.now()
     config_pks = {claim.config_pk for claim, _ in results}
     with transaction.atomic():
-        relaxed_commit()
         heads.lock(config_pks)  # configs before deliveries, as everywhere (webhooks/heads.py)
         _write_attempt_results(results)
         # Lock only the deliveries: a plain FOR UPDATE over the join would also lock the
@@ -375,15 +387,21 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
             Delivery.objects.filter(pk__in=pks).update(
                 state=DeliveryState.DELIVERED, finished_at=now, last_status=status, last_error=""
             )
-        if succeeded:
-            # Written when it changes something (a failure streak ends) or is a second old:
-            # every success rewriting the shared endpoint row would serialize the batches.
-            Endpoint.objects.filter(pk__in=succeeded).filter(
-                Q(consecutive_failures__gt=0)
-                | Q(last_success_at__isnull=True)
-                | Q(last_success_at__lt=now - timedelta(seconds=1))
-            ).update(consecutive_failures=0, last_success_at=now)
         endpoints = {d.binding.endpoint_id: d.binding.endpoint for d in by_pk.values()}
+        # Written when it changes something (a failure streak ends) or is a second old: every
+        # success rewriting the shared endpoint row would serialize the batches.
+        stale = now - timedelta(seconds=1)
+        touched = [
+            pk
+            for pk in succeeded
+            if endpoints[pk].consecutive_failures
+            or endpoints[pk].last_success_at is None
+            or endpoints[pk].last_success_at < stale
+        ]
+        if touched:
+            Endpoint.objects.filter(pk__in=touched).update(
+                consecutive_failures=0, last_success_at=now
+            )
         _track_endpoint_health(endpoints, succeeded, failed, now)
         heads.refresh(config_pks)
         # One hint per distinct second of wait, not one per retry.

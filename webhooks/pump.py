@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from webhooks import wake
-from webhooks.delivery import Claim, delivery_claim_batch, delivery_record_many
+from webhooks.delivery import (
+    Claim,
+    delivery_claim_batch,
+    delivery_record_many,
+    relaxed_commits,
+)
 from webhooks.transport import PostRequest, TransportResult, post_guarded
 
 # While it may claim, a pump that waits on slow sends still looks for new work this often:
@@ -62,6 +67,11 @@ class PumpRun:
 
 
 def run_pump() -> PumpRun:
+    with relaxed_commits():
+        return _pump()
+
+
+def _pump() -> PumpRun:
     run = PumpRun()
     window = settings.A2A_WEBHOOK_PUMP_WINDOW
     deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS

@@ -20,7 +20,7 @@ from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
 from tests.webhook_checks import configure
 from webhooks import wake
-from webhooks.delivery import delivery_claim_batch, delivery_record_many
+from webhooks.delivery import delivery_claim_batch, delivery_record_many, relaxed_commits
 from webhooks.models import Delivery, DeliveryState
 from webhooks.pump import run_pump
 from webhooks.services import push_config_create
@@ -183,3 +183,19 @@ def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
     assert set(Delivery.objects.filter(config__in=configs).values_list("attempts", flat=True)) == {
         1
     }
+
+
+def test_relaxed_commits_end_with_the_pump():
+    """Claims and records skip the WAL flush; the pooled connection goes back durable."""
+
+    def synchronous_commit() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return cursor.fetchone()[0]
+
+    before = synchronous_commit()
+    with relaxed_commits():
+        assert synchronous_commit() == "off"
+    assert synchronous_commit() == before == "on"
+    run_pump()  # nothing due: claims nothing, and restores the setting too
+    assert synchronous_commit() == "on"
