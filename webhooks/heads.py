@@ -23,6 +23,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import F, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -88,8 +89,6 @@ def set_due(config_pks: Iterable[int], when: datetime | None) -> None:
 def repair(now: datetime | None = None, *, older_than: float = 60, limit: int = 1000) -> int:
     """Configs that owe deliveries to an endpoint that is not paused but have no head_due_at
     (a bug elsewhere would leave them unclaimed): refresh them, and say so in the log."""
-    from django.db import transaction
-
     now = now or timezone.now()
     stuck = list(
         Delivery.objects.filter(
