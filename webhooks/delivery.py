@@ -173,13 +173,23 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
             else:
                 ready.append(head)
         chosen = _within_endpoint_caps(ready, now)
-        waiting = [head.config_id for head in ready if head not in chosen]
-        if waiting:
-            # No try spent; they step back in the due order, or the longest-waiting heads of
-            # one saturated endpoint would fill every batch.
-            wait = settings.A2A_WEBHOOK_CAP_WAIT_SECONDS
+        # The others step back in the due order (no try spent), or the longest-waiting heads
+        # of one saturated endpoint would fill every batch: briefly behind a busy endpoint, a
+        # sweep interval behind a failing one (its one try in flight decides). The pump that
+        # stepped them back looks again, or leaves a timed wake-up when it stops.
+        for failing in (False, True):
+            waiting = [
+                head.config_id
+                for head in ready
+                if head not in chosen
+                and bool(head.binding.endpoint.consecutive_failures) is failing
+            ]
+            wait = (
+                settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
+                if failing
+                else settings.A2A_WEBHOOK_CAP_WAIT_SECONDS
+            )
             heads.set_due(waiting, now + timedelta(seconds=wait))
-            wake_on_commit(countdown=wait)
         if not chosen:
             return []
         lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS

@@ -86,6 +86,17 @@ def set_due(config_pks: Iterable[int], when: datetime | None) -> None:
         PushConfig.objects.filter(pk__in=pks).update(head_due_at=when)
 
 
+def next_due_within(seconds: float, now: datetime | None = None) -> datetime | None:
+    """The earliest head time within the next `seconds`, if any."""
+    now = now or timezone.now()
+    return (
+        PushConfig.objects.filter(head_due_at__lte=now + timedelta(seconds=seconds))
+        .order_by("head_due_at")
+        .values_list("head_due_at", flat=True)
+        .first()
+    )
+
+
 def repair(now: datetime | None = None, *, older_than: float = 60, limit: int = 1000) -> int:
     """Configs that owe deliveries to an endpoint that is not paused but have no head_due_at
     (a bug elsewhere would leave them unclaimed): refresh them, and say so in the log."""

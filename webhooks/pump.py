@@ -19,8 +19,9 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoo
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils import timezone
 
-from webhooks import wake
+from webhooks import heads, wake
 from webhooks.delivery import (
     Claim,
     delivery_claim_batch,
@@ -36,6 +37,8 @@ POLL_SECONDS = 0.02
 GATHER_SECONDS = 0.002
 # Claimed beyond the sends that just finished (see `pace`).
 PROBE = 4
+# A stopping pump leaves a timed wake-up for heads due within this long.
+SOON_SECONDS = 1.0
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -127,4 +130,14 @@ def _pump() -> PumpRun:
     finally:
         if claiming:
             wake.release()
+    if claiming:
+        _wake_for_what_is_due_soon()
     return run
+
+
+def _wake_for_what_is_due_soon() -> None:
+    """A pump that stops leaves a timed wake-up for heads due within a second (those it
+    stepped back at a saturated endpoint, retries due shortly), rather than the sweeper's."""
+    soon = heads.next_due_within(SOON_SECONDS)
+    if soon is not None:
+        wake.wake(countdown=max(0.0, (soon - timezone.now()).total_seconds()))
