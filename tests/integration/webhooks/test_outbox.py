@@ -22,7 +22,6 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
-from webhooks import ssrf
 from webhooks.delivery import (
     delivery_claim_batch,
     delivery_claim_head,
@@ -45,19 +44,10 @@ from webhooks.services import endpoint_pause, endpoint_resume, push_config_creat
 from webhooks.services import push_config_delete as delete_config
 from webhooks.transport import TransportResult
 
-PUBLIC_V4 = "93.184.215.14"
+pytestmark = pytest.mark.usefixtures("public_dns")
+
 HOOK = "https://hooks.example.org/a2a"
 T0 = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def public_dns(monkeypatch):
-    def resolve(host: str, port: int) -> list[str]:
-        if host == "example.org" or host.endswith(".example.org"):
-            return [PUBLIC_V4]
-        raise ssrf.UnsafeDestination("unresolvable", f"{host} does not resolve")
-
-    monkeypatch.setattr(ssrf, "resolve", resolve)
 
 
 @pytest.fixture

@@ -19,45 +19,16 @@ from agents.services import api_key_create
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
-from tests.integration.protocol.conftest import wire as protocol_wire  # noqa: F401 (fixture)
-from webhooks import ssrf
+from tests.factories import user_message
 from webhooks.delivery import delivery_claim_head, delivery_record
 from webhooks.models import Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
 from webhooks.transport import TransportResult
 
-PUBLIC_V4 = "93.184.215.14"
+pytestmark = pytest.mark.usefixtures("public_dns")
+
 HOOK = "https://hooks.example.org/a2a"
 SECRET = "cred-Zq81-not-for-your-eyes"
 TOKEN = "tok-4b1d-for-the-receiver"
-
-
-@pytest.fixture
-def wire(protocol_wire):  # noqa: F811 (pytest passes the imported fixture)
-    """The protocol tests' in-process `wire` (tests/integration/protocol/conftest.py)."""
-    return protocol_wire
-
-
-@pytest.fixture
-def agent(transactional_db):
-    return AgentFactory(slug="hooks", is_default=True, executor="external")
-
-
-@pytest.fixture
-def key(agent):
-    return api_key_create(agent=agent, name="client")
-
-
-@pytest.fixture(autouse=True)
-def public_dns(monkeypatch):
-    """Test host names under example.org resolve to a public address; nothing else does."""
-
-    def resolve(host: str, port: int) -> list[str]:
-        if host == "example.org" or host.endswith(".example.org"):
-            return [PUBLIC_V4]
-        raise ssrf.UnsafeDestination("unresolvable", f"{host} does not resolve")
-
-    monkeypatch.setattr(ssrf, "resolve", resolve)
 
 
 def _auth(key) -> dict:

@@ -19,40 +19,12 @@ from a2a.types import a2a_pb2
 from a2a_platform.asgi import application
 from a2a_platform.crypto import decrypt
 from agents.services import api_key_create
-from tests.factories import AgentFactory
-from tests.integration.protocol.conftest import wire as protocol_wire  # noqa: F401 (fixture)
-from webhooks import ssrf
 from webhooks.models import Delivery, Endpoint, PushBinding, PushConfig
 
-PUBLIC_V4 = "93.184.215.14"
+pytestmark = pytest.mark.usefixtures("public_dns")
+
 HOOK = "https://hooks.example.org/a2a"
 SECRET = "v03-cred-never-echoed"
-
-
-@pytest.fixture
-def wire(protocol_wire):  # noqa: F811 (pytest passes the imported fixture)
-    """The protocol tests' in-process `wire` (tests/integration/protocol/conftest.py)."""
-    return protocol_wire
-
-
-@pytest.fixture
-def agent(transactional_db):
-    return AgentFactory(slug="hooks03", is_default=True, executor="external")
-
-
-@pytest.fixture
-def key(agent):
-    return api_key_create(agent=agent, name="legacy-client")
-
-
-@pytest.fixture(autouse=True)
-def public_dns(monkeypatch):
-    def resolve(host: str, port: int) -> list[str]:
-        if host == "example.org" or host.endswith(".example.org"):
-            return [PUBLIC_V4]
-        raise ssrf.UnsafeDestination("unresolvable", f"{host} does not resolve")
-
-    monkeypatch.setattr(ssrf, "resolve", resolve)
 
 
 def _auth(key) -> dict:
@@ -273,7 +245,7 @@ def test_push_methods_need_the_capability(wire, agent, key):
 
 def test_rest_v03_push_configs(wire, agent, key):
     task_id = _new_task(wire, key)
-    base = f"/hooks03/v0.3/v1/tasks/{task_id}/pushNotificationConfigs"
+    base = f"/{agent.slug}/v0.3/v1/tasks/{task_id}/pushNotificationConfigs"
     body = {  # what the SDK's v0.3 REST client sends
         "parent": f"tasks/{task_id}",
         "config_id": "r1",
