@@ -225,9 +225,9 @@ def private_redis(tmp_path, settings):
     def use(url: str) -> None:
         settings.CELERY_BROKER_URL = url  # worker and beat get it through process_env
         app.conf.broker_url = url
-        # Forget the app's pools (not close them: kombu keeps one pool per broker and hands
-        # the shared broker's back, open, when the test switches back).
-        app._after_fork()
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app._after_fork()  # drops the cached connection and producer pools
 
     server = PrivateRedis(tmp_path)
     server.start()
