@@ -36,21 +36,21 @@ FLAG_KEY = "a2a:webhooks:pump-claiming"
 
 _lock = threading.Lock()
 _client = None
-_client_for: tuple[int, str] | None = None  # (pid, broker URL) the client was made for
+_client_pid: int | None = None
 
 
 def _redis():
     """The broker's Redis (same database), one client per process; None without Redis."""
-    global _client, _client_for
+    global _client, _client_pid
     url = settings.CELERY_BROKER_URL
     if not url.startswith(("redis://", "rediss://")):
         return None
     with _lock:
-        if _client is None or _client_for != (os.getpid(), url):
+        if _client is None or _client_pid != os.getpid():
             import redis
 
             _client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-            _client_for = (os.getpid(), url)
+            _client_pid = os.getpid()
         return _client
 
 

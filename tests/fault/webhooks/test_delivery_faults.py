@@ -10,18 +10,21 @@ dead-letters), a 2 s timeout; beat, where it runs, sweeps every second.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import signal
 import subprocess
 import time
+from urllib.parse import urlparse
 
 import pytest
 import redis
+from django.conf import settings
 
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import user_message
-from tests.live import free_port
 from tests.processes import wait_until
 from tests.webhook_checks import (
     accepted,
@@ -45,6 +48,13 @@ FAULT_ENV = {
     "A2A_DISPATCH_UNCLAIMED_SECONDS": "2",
     "A2A_DISPATCH_LEASE_SECONDS": "3",
 }
+REDIS_PORT = 6379
+# How the development machines run Redis (restarted exactly so after the outage test).
+REDIS_START = [
+    "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
+    str(REDIS_PORT), "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
+    "--logfile", "/var/log/redis/ci.log",
+]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -187,66 +197,44 @@ def test_worker_killed_mid_post_the_delivery_is_sent_again_after_its_lease(
     assert attempts_of(head) == [(None, ""), (200, "")]
 
 
-class PrivateRedis:
-    """A redis-server of this test's own on a free port, so restarting it disturbs no other
-    user of the machine's Redis (and the test needs no particular broker to run)."""
-
-    def __init__(self, log_dir) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.log = log_dir / "redis.log"
-        self.proc: subprocess.Popen | None = None
-
-    def up(self) -> bool:
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--logfile", str(self.log)],
-        )  # fmt: skip
-        wait_until(self.up, timeout=15, message="private Redis up")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM without persistence configured: nothing is kept
-            self.proc.wait(10)
-        wait_until(lambda: not self.up(), timeout=10, message="private Redis down")
-
-
-@pytest.fixture
-def private_redis(tmp_path, settings):
-    """Worker, beat and this process all use a Redis server of the test's own."""
-    from a2a_platform.celery import app
-
-    def use(url: str) -> None:
-        settings.CELERY_BROKER_URL = url  # worker and beat get it through process_env
-        app.conf.broker_url = url
-        if app._pool is not None:
-            app._pool.force_close_all()
-        app._after_fork()  # drops the cached connection and producer pools
-
-    server = PrivateRedis(tmp_path)
-    server.start()
-    shared = settings.CELERY_BROKER_URL
-    use(server.url)
+def _redis_up() -> bool:
     try:
-        yield server
+        return bool(redis.Redis(host="127.0.0.1", port=REDIS_PORT, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@contextlib.contextmanager
+def redis_outage():
+    """Stop the Redis server (every DB is wiped: only this test does it); always start it
+    again, even when the test fails."""
+    subprocess.run(
+        ["redis-cli", "-p", str(REDIS_PORT), "shutdown", "nosave"],
+        check=False,
+        capture_output=True,
+        timeout=10,
+    )
+    try:
+        wait_until(lambda: not _redis_up(), timeout=10, message="Redis down")
+        yield
     finally:
-        use(shared)
-        server.stop()
+        if not _redis_up():
+            subprocess.run(REDIS_START, check=True, capture_output=True, timeout=30)
+        wait_until(_redis_up, timeout=15, message="Redis back up")
 
 
-def test_redis_restarted_mid_run_everything_is_delivered(
-    scripted_agent, procs, receivers, private_redis
-):
+def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, receivers):
     """Redis goes away while a head delivery is being retried (its retry messages and every
     queued job are lost with it) and while a new task with a webhook is accepted (its
     executor and delivery jobs cannot be published). Once Redis is back, worker and beat
     reconnect, the sweepers re-enqueue from the database, and everything is delivered."""
+    broker = urlparse(settings.CELERY_BROKER_URL)
+    if (broker.scheme, broker.hostname, broker.port or REDIS_PORT) != (
+        "redis",
+        "127.0.0.1",
+        REDIS_PORT,
+    ) or not shutil.which("redis-server"):
+        pytest.skip("restarts the local Redis server at 127.0.0.1:6379 only")
     receiver = receivers.start(status=500)
     celery_beat = beat(procs)
     celery_worker = worker(procs)
@@ -259,16 +247,13 @@ def test_redis_restarted_mid_run_everything_is_delivered(
         message="the first task done, its head being retried",
     )
 
-    private_redis.stop()  # every queued job and retry message is lost with it
-    try:
+    with redis_outage():
         receiver.behave(status=200)
         during, (second_config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
         time.sleep(2)
         # Nothing could be dispatched: the task waits, durably, with its snapshot owed.
         assert state_of(during) == TaskState.SUBMITTED
         assert deliveries(second_config)[0].state == DeliveryState.PENDING
-    finally:
-        private_redis.start()  # the same port: worker and beat reconnect to it
 
     wait_all(first_config, timeout=60)
     wait_all(second_config, timeout=60)
