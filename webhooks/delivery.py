@@ -11,27 +11,30 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import math
 import random
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, F
+from django.db.models import F
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
 from a2a_platform.ttl_cache import TTLCache
+from agents.models import Agent
 from agents.signing import ensure_signing_key, live_private_keys
 from webhooks import heads
 from webhooks.models import (
     Alert,
     AlertKind,
     Delivery,
-    DeliveryAttempt,
     DeliveryState,
     Endpoint,
     PushConfig,
@@ -67,47 +70,72 @@ def auth_retry_schedule() -> list[float]:
 _signing_keys: TTLCache[list] = TTLCache(lambda: settings.A2A_SIGNING_KEY_CACHE_SECONDS)
 
 
-def _keys(agent) -> list:
-    keys = _signing_keys.get(agent.pk)
+def _keys(agent_pk: int) -> list:
+    keys = _signing_keys.get(agent_pk)
     if keys is None:
+        agent = Agent.objects.get(pk=agent_pk)
         ensure_signing_key(agent)
-        keys = _signing_keys.put(agent.pk, live_private_keys(agent))
+        keys = _signing_keys.put(agent_pk, live_private_keys(agent))
     return keys
 
 
-def _headers(delivery: Delivery, now_ts: int) -> dict[str, str]:
-    binding = delivery.binding
-    agent = delivery.task.agent
-    keys = _keys(agent)
-    body = delivery.body.encode()
-    binding_version = f"{binding.config.config_id}.v{binding.version}"
+class _Head(NamedTuple):
+    """A config's head delivery as the claim reads it (one row of _CLAIM_SQL)."""
+
+    config_pk: int
+    pk: int | None  # None: the config owes nothing
+    event_id: uuid.UUID
+    task_id: uuid.UUID
+    seq: int
+    kind: str
+    body: str
+    attempts: int
+    next_attempt_at: datetime
+    config_name: str
+    version: int
+    url: str
+    token_encrypted: str
+    auth_scheme: str
+    credentials_encrypted: str
+    issuer: str
+    endpoint_pk: int
+    paused: bool
+    consecutive_failures: int
+    endpoint_in_flight: int
+    agent_pk: int
+    agent_slug: str
+    earlier_attempts: int
+
+
+def _headers(head: _Head, now_ts: int) -> dict[str, str]:
+    keys = _keys(head.agent_pk)
+    body = head.body.encode()
+    binding_version = f"{head.config_name}.v{head.version}"
     headers = {
         "Content-Type": "application/a2a+json",
         "User-Agent": "a2a-platform-webhooks/1",
-        "X-A2A-Task-Id": str(delivery.task_id),
-        "X-A2A-Task-Seq": str(delivery.seq),
+        "X-A2A-Task-Id": str(head.task_id),
+        "X-A2A-Task-Seq": str(head.seq),
         "X-A2A-Binding-Version": binding_version,
-        "X-A2A-Event-Kind": delivery.kind,
-        **webhook_headers(msg_id=str(delivery.event_id), timestamp=now_ts, body=body, keys=keys),
+        "X-A2A-Event-Kind": head.kind,
+        **webhook_headers(msg_id=str(head.event_id), timestamp=now_ts, body=body, keys=keys),
     }
-    if binding.token_encrypted:
-        headers["X-A2A-Notification-Token"] = decrypt(binding.token_encrypted)
-    if binding.auth_scheme:
-        credentials = (
-            decrypt(binding.credentials_encrypted) if binding.credentials_encrypted else ""
-        )
-        if not credentials and binding.auth_scheme.lower() == "bearer" and keys:
+    if head.token_encrypted:
+        headers["X-A2A-Notification-Token"] = decrypt(head.token_encrypted)
+    if head.auth_scheme:
+        credentials = decrypt(head.credentials_encrypted) if head.credentials_encrypted else ""
+        if not credentials and head.auth_scheme.lower() == "bearer" and keys:
             credentials = bearer_jwt(
                 key=keys[0],
-                issuer=binding.issuer or agent.slug,
-                audience=binding.url,
-                task_id=str(delivery.task_id),
-                event_id=str(delivery.event_id),
+                issuer=head.issuer or head.agent_slug,
+                audience=head.url,
+                task_id=str(head.task_id),
+                event_id=str(head.event_id),
                 body=body,
-                seq=delivery.seq,
+                seq=head.seq,
                 binding_version=binding_version,
             )
-        headers["Authorization"] = f"{binding.auth_scheme} {credentials}".strip()
+        headers["Authorization"] = f"{head.auth_scheme} {credentials}".strip()
     return headers
 
 
@@ -137,6 +165,51 @@ def relaxed_commits():
             connection.close()  # never hand a relaxed session back to the pool
 
 
+# --- claiming ------------------------------------------------------------------------------
+
+# Locks up to `limit` configs whose head is due (SKIP LOCKED, off the pushconfig_head_due
+# index, longest-waiting first) and reads, in the same round trip, each one's head (one probe
+# of delivery_open_by_config), its binding version, endpoint, agent, the number of earlier
+# attempts, and how many sends each of those endpoints has in flight (live leases).
+_CLAIM_SQL = """
+WITH due AS (
+    SELECT id, config_id FROM webhooks_pushconfig
+    WHERE head_due_at <= %(now)s {only}
+    ORDER BY head_due_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), heads AS (
+    SELECT due.id AS config_pk, due.config_id AS config_name, d.id, d.event_id, d.task_id,
+           d.seq, d.kind, d.body, d.attempts, d.next_attempt_at, b.version, b.url,
+           b.token_encrypted, b.auth_scheme, b.credentials_encrypted, b.issuer, b.endpoint_id
+    FROM due
+    LEFT JOIN LATERAL (
+        SELECT * FROM webhooks_delivery o
+        WHERE o.config_id = due.id AND o.state IN ('pending', 'sending')
+        ORDER BY o.id LIMIT 1
+    ) d ON true
+    LEFT JOIN webhooks_pushbinding b ON b.id = d.binding_id
+), busy AS (
+    SELECT b.endpoint_id, count(*) AS n
+    FROM webhooks_delivery s JOIN webhooks_pushbinding b ON b.id = s.binding_id
+    WHERE s.state = 'sending' AND s.next_attempt_at > %(now)s
+      AND b.endpoint_id IN (SELECT endpoint_id FROM heads)
+    GROUP BY b.endpoint_id
+)
+SELECT h.config_pk, h.id, h.event_id, h.task_id, h.seq, h.kind, h.body, h.attempts,
+       h.next_attempt_at, h.config_name, h.version, h.url, h.token_encrypted, h.auth_scheme,
+       h.credentials_encrypted, h.issuer, h.endpoint_id, e.paused_at IS NOT NULL,
+       e.consecutive_failures, COALESCE(busy.n, 0), t.agent_id, a.slug,
+       (SELECT count(*) FROM webhooks_deliveryattempt x WHERE x.delivery_id = h.id)
+FROM heads h
+LEFT JOIN webhooks_endpoint e ON e.id = h.endpoint_id
+LEFT JOIN busy ON busy.endpoint_id = h.endpoint_id
+LEFT JOIN tasks_task t ON t.id = h.task_id
+LEFT JOIN agents_agent a ON a.id = t.agent_id
+ORDER BY h.next_attempt_at, h.id
+"""
+
+
 def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
     """Claim up to `limit` due heads, at most one per config, in one short transaction.
 
@@ -144,108 +217,114 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     (webhooks/heads.py), so two claimers never interleave one config. Skipped without spending
     a try: configs another claimer holds; heads of endpoints at their in-flight cap or of
     failing endpoints another claimer holds (looked at again after a short wait); heads of
-    paused endpoints (parked until the endpoint resumes)."""
+    paused endpoints (parked until the endpoint resumes).
+
+    Three statements in all (raw SQL: this runs for every batch the pump sends, and the ORM's
+    query building cost more CPU than the sends, measured by bench/delivery_bench.py): read
+    and lock, (for failing endpoints only) lock those endpoints, write."""
     now = timezone.now()
-    with transaction.atomic():
-        due = PushConfig.objects.filter(head_due_at__lte=now)
-        if config_pks is not None:
-            due = due.filter(pk__in=list(config_pks))
-        configs = list(
-            due.order_by("head_due_at", "id")
-            .select_for_update(skip_locked=True)
-            .values_list("pk", flat=True)[:limit]
-        )
-        if not configs:
+    only = ""
+    params: dict = {"now": now, "limit": limit}
+    if config_pks is not None:
+        only, params["only"] = "AND id = ANY(%(only)s)", list(config_pks)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL.format(only=only), params)
+        rows = [_Head(*row) for row in cursor.fetchall()]
+        if not rows:
             return []
-        firsts = heads.head_ids(configs)
-        found = list(
-            Delivery.objects.filter(pk__in=list(firsts.values()))
-            .select_related("binding", "binding__config", "binding__endpoint", "task__agent")
-            .order_by("next_attempt_at", "id")
-        )
-        heads.set_due(set(configs) - set(firsts), None)  # nothing open: nothing scheduled
+        due: dict[int, datetime | None] = {}
         ready = []
-        for head in found:
-            if head.binding.endpoint.paused_at is not None:
-                heads.set_due([head.config_id], None)  # parked; resuming refreshes it
+        for head in rows:
+            if head.pk is None or head.paused:
+                due[head.config_pk] = None  # nothing owed, or parked until the endpoint resumes
             elif head.next_attempt_at > now:
-                heads.set_due([head.config_id], head.next_attempt_at)
+                due[head.config_pk] = head.next_attempt_at
             else:
                 ready.append(head)
-        chosen = _within_endpoint_caps(ready, now)
+        chosen = _within_endpoint_caps(ready)
         # The others step back in the due order (no try spent), or the longest-waiting heads
         # of one saturated endpoint would fill every batch: briefly behind a busy endpoint, a
         # sweep interval behind a failing one (its one try in flight decides). The pump that
         # stepped them back looks again, or leaves a timed wake-up when it stops.
-        for failing in (False, True):
-            waiting = [
-                head.config_id
-                for head in ready
-                if head not in chosen
-                and bool(head.binding.endpoint.consecutive_failures) is failing
-            ]
-            wait = (
-                settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
-                if failing
-                else settings.A2A_WEBHOOK_CAP_WAIT_SECONDS
-            )
-            heads.set_due(waiting, now + timedelta(seconds=wait))
-        if not chosen:
-            return []
+        busy_wait = timedelta(seconds=settings.A2A_WEBHOOK_CAP_WAIT_SECONDS)
+        failing_wait = timedelta(seconds=settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS)
+        chosen_pks = {head.pk for head in chosen}
+        for head in ready:
+            if head.pk not in chosen_pks:
+                wait = failing_wait if head.consecutive_failures else busy_wait
+                due[head.config_pk] = now + wait
         lease = settings.A2A_WEBHOOK_TIMEOUT_SECONDS + settings.A2A_WEBHOOK_LEASE_MARGIN_SECONDS
         leased_until = now + timedelta(seconds=lease)
-        Delivery.objects.filter(pk__in=[head.pk for head in chosen]).update(
-            state=DeliveryState.SENDING, attempts=F("attempts") + 1, next_attempt_at=leased_until
-        )
-        heads.set_due([head.config_id for head in chosen], leased_until)
-        earlier = dict(
-            DeliveryAttempt.objects.filter(delivery_id__in=[head.pk for head in chosen])
-            .values("delivery_id")
-            .annotate(n=Count("id"))
-            .values_list("delivery_id", "n")
-        )
         timestamp = int(now.timestamp())
-        claims, attempts = [], []
+        claims = []
         for head in chosen:
-            headers = _headers(head, timestamp)
-            before = earlier.get(head.pk, 0)
-            attempts.append(
-                DeliveryAttempt(
-                    delivery=head,
-                    # The timeline numbers every attempt; `attempts` restarts at a replay, so
-                    # a first try that follows earlier ones is the replay's: an operator's.
-                    number=before + 1,
-                    url=head.binding.url,
-                    started_at=now,
-                    request_headers=redact(headers),
-                    manual=before > 0 and head.attempts == 0,
-                )
-            )
-            claims.append((head, headers))
-        DeliveryAttempt.objects.bulk_create(attempts)
+            due[head.config_pk] = leased_until
+            claims.append((head, _headers(head, timestamp)))
+        attempt_pks = _write_claims(cursor, now, leased_until, due, claims)
     return [
         Claim(
             delivery_pk=head.pk,
-            config_pk=head.config_id,
-            attempt_pk=attempt.pk,
+            config_pk=head.config_pk,
+            attempt_pk=attempt_pks[head.pk],
             attempt_number=head.attempts + 1,
-            url=head.binding.url,
+            url=head.url,
             body=head.body.encode(),
             headers=headers,
         )
-        for (head, headers), attempt in zip(claims, attempts, strict=True)
+        for head, headers in claims
     ]
 
 
-def _within_endpoint_caps(heads: list[Delivery], now) -> list[Delivery]:
+_WRITE_CLAIMS_SQL = """
+WITH heads AS (
+    UPDATE webhooks_pushconfig p SET head_due_at = u.due
+    FROM unnest(%(configs)s::bigint[], %(dues)s::timestamptz[]) AS u(id, due)
+    WHERE p.id = u.id
+), leased AS (
+    UPDATE webhooks_delivery SET state = 'sending', attempts = attempts + 1,
+        next_attempt_at = %(leased_until)s
+    WHERE id = ANY(%(deliveries)s::bigint[])
+)
+INSERT INTO webhooks_deliveryattempt
+    (delivery_id, number, url, started_at, request_headers, manual, error_class,
+     response_excerpt)
+SELECT u.delivery_id, u.number, u.url, %(now)s, u.headers::jsonb, u.manual, '', ''
+FROM unnest(%(deliveries)s::bigint[], %(numbers)s::int[], %(urls)s::text[],
+            %(headers)s::text[], %(manual)s::bool[]) AS u(delivery_id, number, url, headers, manual)
+RETURNING delivery_id, id
+"""
+
+
+def _write_claims(cursor, now, leased_until, due, claims) -> dict[int, int]:
+    """One statement: every config's new head time, the chosen heads leased, their attempt
+    rows inserted. Returns {delivery pk: attempt pk}."""
+    # The timeline numbers every attempt; `attempts` restarts at a replay, so a first try
+    # that follows earlier ones is the replay's: an operator's.
+    cursor.execute(
+        _WRITE_CLAIMS_SQL,
+        {
+            "configs": list(due),
+            "dues": list(due.values()),
+            "leased_until": leased_until,
+            "now": now,
+            "deliveries": [head.pk for head, _ in claims],
+            "numbers": [head.earlier_attempts + 1 for head, _ in claims],
+            "urls": [head.url for head, _ in claims],
+            "headers": [json.dumps(redact(headers)) for _, headers in claims],
+            "manual": [head.earlier_attempts > 0 and head.attempts == 0 for head, _ in claims],
+        },
+    )
+    return dict(cursor.fetchall())
+
+
+def _within_endpoint_caps(heads: list[_Head]) -> list[_Head]:
     """The heads that fit their endpoint's in-flight cap, longest-waiting first.
 
     A failing endpoint (down, hanging) gets one try in flight at a time, claimed under its row
     lock so concurrent claimers cannot overshoot: otherwise its timeouts take every sending
     thread and stall all other endpoints. Its other configs wait (no try is spent) and are
     claimed again later; a success lifts the cap."""
-    endpoints = {head.binding.endpoint_id: head.binding.endpoint for head in heads}
-    failing = [pk for pk, endpoint in endpoints.items() if endpoint.consecutive_failures]
+    failing = {head.endpoint_pk for head in heads if head.consecutive_failures}
     held = set()
     if failing:
         held = set(
@@ -253,29 +332,17 @@ def _within_endpoint_caps(heads: list[Delivery], now) -> list[Delivery]:
             .filter(pk__in=failing)
             .values_list("pk", flat=True)
         )
-    in_flight = collections.Counter(
-        dict(
-            Delivery.objects.filter(
-                binding__endpoint_id__in=list(endpoints),
-                state=DeliveryState.SENDING,
-                next_attempt_at__gt=now,
-            )
-            .values("binding__endpoint_id")
-            .annotate(n=Count("id"))
-            .values_list("binding__endpoint_id", "n")
-        )
-    )
+    in_flight = {head.endpoint_pk: head.endpoint_in_flight for head in heads}
     chosen = []
     for head in heads:
-        endpoint = endpoints[head.binding.endpoint_id]
         cap = settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
-        if endpoint.consecutive_failures:
-            if endpoint.pk not in held:
+        if head.consecutive_failures:
+            if head.endpoint_pk not in held:
                 continue
             cap = 1
-        if in_flight[endpoint.pk] >= cap:
+        if in_flight[head.endpoint_pk] >= cap:
             continue
-        in_flight[endpoint.pk] += 1
+        in_flight[head.endpoint_pk] += 1
         chosen.append(head)
     return chosen
 
@@ -342,103 +409,141 @@ def delivery_record(*, claim: Claim, result: TransportResult) -> Outcome:
     return delivery_record_many([(claim, result)])[0]
 
 
+_RECORD_READ_SQL = """
+SELECT d.id, d.state, d.attempts, b.endpoint_id, e.consecutive_failures, e.last_success_at
+FROM webhooks_delivery d
+JOIN webhooks_pushbinding b ON b.id = d.binding_id
+JOIN webhooks_endpoint e ON e.id = b.endpoint_id
+WHERE d.id = ANY(%s)
+FOR NO KEY UPDATE OF d
+"""
+
+# Every attempt row gets its outcome, the delivered heads are marked, and each config's
+# head_due_at is set from its next open delivery (the statement's snapshot still shows the
+# heads it delivers as open, hence the exclusion; retries and dead-letters were written by
+# earlier statements and are seen as they are now).
+_RECORD_WRITE_SQL = """
+WITH tried AS (
+    UPDATE webhooks_deliveryattempt a
+    SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
+        response_excerpt = u.excerpt
+    FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
+                %(errors)s::text[], %(excerpts)s::text[])
+         AS u(id, duration_ms, status, error_class, excerpt)
+    WHERE a.id = u.id
+), delivered AS (
+    UPDATE webhooks_delivery d
+    SET state = 'delivered', finished_at = %(now)s, last_status = u.status, last_error = ''
+    FROM unnest(%(delivered)s::bigint[], %(delivered_statuses)s::int[]) AS u(id, status)
+    WHERE d.id = u.id
+)
+UPDATE webhooks_pushconfig p SET head_due_at = (
+    SELECT o.next_attempt_at FROM webhooks_delivery o
+    WHERE o.config_id = p.id AND o.state IN ('pending', 'sending')
+      AND o.id <> ALL(%(delivered)s::bigint[])
+    ORDER BY o.id LIMIT 1
+)
+WHERE p.id = ANY(%(configs)s::bigint[])
+"""
+
+
 def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> list[Outcome]:
     """Record a batch of attempts in one short transaction, each decided on its own.
 
     A delivered or dead head makes its config's next delivery due: the caller (the pump)
     claims it next, or wakes a pump when it no longer claims. A retry leaves a timed wake-up
     hint; the time itself is in `next_attempt_at` (the sweeper finds it if the hint is lost).
+
+    A healthy batch is three statements (raw SQL, like the claim): lock the configs (configs
+    before deliveries, as everywhere: webhooks/heads.py), read and lock the deliveries, write.
     """
     if not results:
         return []
     now = timezone.now()
-    config_pks = {claim.config_pk for claim, _ in results}
-    with transaction.atomic():
-        heads.lock(config_pks)  # configs before deliveries, as everywhere (webhooks/heads.py)
-        _write_attempt_results(results)
-        # Lock only the deliveries: a plain FOR UPDATE over the join would also lock the
-        # endpoint row every delivery to that receiver shares (a lock convoy, measured by
-        # bench/delivery_bench.py).
-        deliveries = Delivery.objects.select_for_update(of=("self",), no_key=True).select_related(
-            "binding__endpoint"
-        )
-        by_pk = {d.pk: d for d in deliveries.filter(pk__in=[c.delivery_pk for c, _ in results])}
+    config_pks = sorted({claim.config_pk for claim, _ in results})
+    with transaction.atomic(), connection.cursor() as cursor:
+        heads.lock(config_pks)
+        # Lock only the deliveries: locking the joined endpoint row, which every delivery to
+        # that receiver shares, would serialize the batches (a lock convoy, measured).
+        cursor.execute(_RECORD_READ_SQL, [[claim.delivery_pk for claim, _ in results]])
+        current = {row[0]: row[1:] for row in cursor.fetchall()}
         outcomes: list[Outcome] = []
-        delivered: list[Delivery] = []
-        succeeded: set[int] = set()
-        failed: collections.Counter[int] = collections.Counter()
+        delivered: list[tuple[int, int]] = []
+        failures: list[tuple[Claim, TransportResult]] = []
+        endpoint_of: dict[int, int] = {}
+        endpoint_state: dict[int, tuple[int, datetime | None]] = {}
         for claim, result in results:
-            delivery = by_pk.get(claim.delivery_pk)
-            if (
-                delivery is None
-                or delivery.state != DeliveryState.SENDING
-                or delivery.attempts != claim.attempt_number
-            ):
+            row = current.get(claim.delivery_pk)
+            if row is None or row[0] != DeliveryState.SENDING or row[1] != claim.attempt_number:
                 outcomes.append(Outcome("stale"))  # the lease passed and another took over
                 continue
-            delivery.last_status = result.status
-            delivery.last_error = (result.error_class or "")[:300]
-            endpoint = delivery.binding.endpoint
+            endpoint_of[claim.delivery_pk] = row[2]
+            endpoint_state[row[2]] = (row[3], row[4])
             if result.ok:
-                delivery.state = DeliveryState.DELIVERED
-                delivery.finished_at = now
-                delivered.append(delivery)
-                succeeded.add(endpoint.pk)
+                delivered.append((claim.delivery_pk, result.status))
                 outcomes.append(Outcome("delivered"))
             else:
-                failed[endpoint.pk] += 1
-                outcomes.append(_retry_or_dead(delivery, result, endpoint, now))
-        # One UPDATE per distinct status (a healthy batch: one), not Django's bulk_update,
-        # whose CASE expressions cost more CPU than the sends (measured).
-        by_status: dict[int | None, list[int]] = collections.defaultdict(list)
-        for delivery in delivered:
-            by_status[delivery.last_status].append(delivery.pk)
-        for status, pks in by_status.items():
-            Delivery.objects.filter(pk__in=pks).update(
-                state=DeliveryState.DELIVERED, finished_at=now, last_status=status, last_error=""
-            )
-        endpoints = {d.binding.endpoint_id: d.binding.endpoint for d in by_pk.values()}
+                failures.append((claim, result))
+                outcomes.append(None)  # decided below
+        succeeded = {endpoint_of[pk] for pk, _ in delivered}
+        failed = collections.Counter(endpoint_of[claim.delivery_pk] for claim, _ in failures)
+        endpoints: dict[int, Endpoint] = {}
+        if failed or any(endpoint_state[pk][0] for pk in succeeded):
+            endpoints = Endpoint.objects.in_bulk(list(endpoint_state))
+        if failures:
+            decided = iter(_record_failures(failures, endpoints, now))
+            outcomes = [o if o is not None else next(decided) for o in outcomes]
+        cursor.execute(
+            _RECORD_WRITE_SQL,
+            {
+                "attempts": [claim.attempt_pk for claim, _ in results],
+                "durations": [result.duration_ms for _, result in results],
+                "statuses": [result.status for _, result in results],
+                "errors": [result.error_class or "" for _, result in results],
+                "excerpts": [result.body_excerpt[:2000] for _, result in results],
+                "now": now,
+                "delivered": [pk for pk, _ in delivered],
+                "delivered_statuses": [status for _, status in delivered],
+                "configs": config_pks,
+            },
+        )
         # Written when it changes something (a failure streak ends) or is a second old: every
         # success rewriting the shared endpoint row would serialize the batches.
         stale = now - timedelta(seconds=1)
         touched = [
             pk
             for pk in succeeded
-            if endpoints[pk].consecutive_failures
-            or endpoints[pk].last_success_at is None
-            or endpoints[pk].last_success_at < stale
+            if endpoint_state[pk][0]
+            or endpoint_state[pk][1] is None
+            or endpoint_state[pk][1] < stale
         ]
         if touched:
             Endpoint.objects.filter(pk__in=touched).update(
                 consecutive_failures=0, last_success_at=now
             )
-        _track_endpoint_health(endpoints, succeeded, failed, now)
-        heads.refresh(config_pks)
+        if endpoints:
+            _track_endpoint_health(endpoints, succeeded, failed, now)
         # One hint per distinct second of wait, not one per retry.
         for seconds in sorted({math.ceil(o.retry_in) for o in outcomes if o.retry_in}):
             wake_on_commit(countdown=seconds)
     return outcomes
 
 
-def _write_attempt_results(results: Sequence[tuple[Claim, TransportResult]]) -> None:
-    """Each attempt row gets its outcome: one parameterized UPDATE run for the whole batch
-    (a single pipelined round trip with psycopg)."""
-    table = connection.ops.quote_name(DeliveryAttempt._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET duration_ms = %s, status = %s, error_class = %s, "  # noqa: S608
-            "response_excerpt = %s WHERE id = %s",
-            [
-                (
-                    result.duration_ms,
-                    result.status,
-                    result.error_class or "",
-                    result.body_excerpt[:2000],
-                    claim.attempt_pk,
-                )
-                for claim, result in results
-            ],
-        )
+def _record_failures(
+    failures: list[tuple[Claim, TransportResult]], endpoints: dict[int, Endpoint], now
+) -> list[Outcome]:
+    """Retry later or dead-letter each failed attempt (the uncommon path: ORM, row by row)."""
+    deliveries = Delivery.objects.select_related("binding").in_bulk(
+        [claim.delivery_pk for claim, _ in failures]
+    )
+    outcomes = []
+    for claim, result in failures:
+        delivery = deliveries[claim.delivery_pk]
+        delivery.last_status = result.status
+        delivery.last_error = (result.error_class or "")[:300]
+        endpoint = endpoints[delivery.binding.endpoint_id]
+        outcomes.append(_retry_or_dead(delivery, result, endpoint, now))
+    return outcomes
 
 
 def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoint, now) -> Outcome:

@@ -96,17 +96,25 @@ def _pump() -> PumpRun:
         return len(claims)
 
     claiming = True
+    # When this pump last set the wake flag: refreshed well within its TTL, not on every turn
+    # (a Redis round trip each, measured).
+    held_at: float | None = None
+    refresh_after = settings.A2A_WEBHOOK_WAKE_TTL_SECONDS / 3
     try:
         while True:
-            if claiming and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if claiming and now >= deadline:
                 claiming = False
                 wake.release()
                 wake.wake()  # a fresh pump claims from here; this one drains
             if claiming:
-                wake.hold()
+                if held_at is None or now - held_at >= refresh_after:
+                    wake.hold()
+                    held_at = now
                 claim_more()
                 if not in_flight:
                     wake.release()
+                    held_at = None
                     if not claim_more():  # what was committed while the flag was held
                         break
             if not in_flight:
