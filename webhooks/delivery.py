@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import math
 import random
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +37,7 @@ from webhooks.models import (
     Endpoint,
     PushConfig,
 )
+from webhooks.outbox_store import Head, NewAttempt, Recorded, store
 from webhooks.signer import bearer_jwt, webhook_headers
 from webhooks.transport import TransportResult
 from webhooks.wake import wake_on_commit
@@ -67,48 +66,25 @@ def auth_retry_schedule() -> list[float]:
     return [float(x) for x in settings.A2A_WEBHOOK_AUTH_RETRY_SCHEDULE]
 
 
-_signing_keys: TTLCache[list] = TTLCache(lambda: settings.A2A_SIGNING_KEY_CACHE_SECONDS)
+class _Signer(NamedTuple):
+    keys: list  # the agent's live private keys, the active one first
+    slug: str  # the JWT issuer when the binding names none
 
 
-def _keys(agent_pk: int) -> list:
-    keys = _signing_keys.get(agent_pk)
-    if keys is None:
+_signers: TTLCache[_Signer] = TTLCache(lambda: settings.A2A_SIGNING_KEY_CACHE_SECONDS)
+
+
+def _signer(agent_pk: int) -> _Signer:
+    signer = _signers.get(agent_pk)
+    if signer is None:
         agent = Agent.objects.get(pk=agent_pk)
         ensure_signing_key(agent)
-        keys = _signing_keys.put(agent_pk, live_private_keys(agent))
-    return keys
+        signer = _signers.put(agent_pk, _Signer(live_private_keys(agent), agent.slug))
+    return signer
 
 
-class _Head(NamedTuple):
-    """A config's head delivery as the claim reads it (one row of _CLAIM_SQL)."""
-
-    config_pk: int
-    pk: int | None  # None: the config owes nothing
-    event_id: uuid.UUID
-    task_id: uuid.UUID
-    seq: int
-    kind: str
-    body: str
-    attempts: int
-    next_attempt_at: datetime
-    config_name: str
-    version: int
-    url: str
-    token_encrypted: str
-    auth_scheme: str
-    credentials_encrypted: str
-    issuer: str
-    endpoint_pk: int
-    paused: bool
-    consecutive_failures: int
-    endpoint_in_flight: int
-    agent_pk: int
-    agent_slug: str
-    earlier_attempts: int
-
-
-def _headers(head: _Head, now_ts: int) -> dict[str, str]:
-    keys = _keys(head.agent_pk)
+def _headers(head: Head, now_ts: int) -> dict[str, str]:
+    keys, slug = _signer(head.agent_pk)
     body = head.body.encode()
     binding_version = f"{head.config_name}.v{head.version}"
     headers = {
@@ -127,7 +103,7 @@ def _headers(head: _Head, now_ts: int) -> dict[str, str]:
         if not credentials and head.auth_scheme.lower() == "bearer" and keys:
             credentials = bearer_jwt(
                 key=keys[0],
-                issuer=head.issuer or head.agent_slug,
+                issuer=head.issuer or slug,
                 audience=head.url,
                 task_id=str(head.task_id),
                 event_id=str(head.event_id),
@@ -165,51 +141,6 @@ def relaxed_commits():
             connection.close()  # never hand a relaxed session back to the pool
 
 
-# --- claiming ------------------------------------------------------------------------------
-
-# Locks up to `limit` configs whose head is due (SKIP LOCKED, off the pushconfig_head_due
-# index, longest-waiting first) and reads, in the same round trip, each one's head (one probe
-# of delivery_open_by_config), its binding version, endpoint, agent, the number of earlier
-# attempts, and how many sends each of those endpoints has in flight (live leases).
-_CLAIM_SQL = """
-WITH due AS (
-    SELECT id, config_id FROM webhooks_pushconfig
-    WHERE head_due_at <= %(now)s {only}
-    ORDER BY head_due_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), heads AS (
-    SELECT due.id AS config_pk, due.config_id AS config_name, d.id, d.event_id, d.task_id,
-           d.seq, d.kind, d.body, d.attempts, d.next_attempt_at, b.version, b.url,
-           b.token_encrypted, b.auth_scheme, b.credentials_encrypted, b.issuer, b.endpoint_id
-    FROM due
-    LEFT JOIN LATERAL (
-        SELECT * FROM webhooks_delivery o
-        WHERE o.config_id = due.id AND o.state IN ('pending', 'sending')
-        ORDER BY o.id LIMIT 1
-    ) d ON true
-    LEFT JOIN webhooks_pushbinding b ON b.id = d.binding_id
-), busy AS (
-    SELECT b.endpoint_id, count(*) AS n
-    FROM webhooks_delivery s JOIN webhooks_pushbinding b ON b.id = s.binding_id
-    WHERE s.state = 'sending' AND s.next_attempt_at > %(now)s
-      AND b.endpoint_id IN (SELECT endpoint_id FROM heads)
-    GROUP BY b.endpoint_id
-)
-SELECT h.config_pk, h.id, h.event_id, h.task_id, h.seq, h.kind, h.body, h.attempts,
-       h.next_attempt_at, h.config_name, h.version, h.url, h.token_encrypted, h.auth_scheme,
-       h.credentials_encrypted, h.issuer, h.endpoint_id, e.paused_at IS NOT NULL,
-       e.consecutive_failures, COALESCE(busy.n, 0), t.agent_id, a.slug,
-       (SELECT count(*) FROM webhooks_deliveryattempt x WHERE x.delivery_id = h.id)
-FROM heads h
-LEFT JOIN webhooks_endpoint e ON e.id = h.endpoint_id
-LEFT JOIN busy ON busy.endpoint_id = h.endpoint_id
-LEFT JOIN tasks_task t ON t.id = h.task_id
-LEFT JOIN agents_agent a ON a.id = t.agent_id
-ORDER BY h.next_attempt_at, h.id
-"""
-
-
 def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
     """Claim up to `limit` due heads, at most one per config, in one short transaction.
 
@@ -219,17 +150,12 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     failing endpoints another claimer holds (looked at again after a short wait); heads of
     paused endpoints (parked until the endpoint resumes).
 
-    Three statements in all (raw SQL: this runs for every batch the pump sends, and the ORM's
-    query building cost more CPU than the sends, measured by bench/delivery_bench.py): read
-    and lock, (for failing endpoints only) lock those endpoints, write."""
+    On PostgreSQL: a read that locks, (for failing endpoints only) a lock of those endpoints,
+    and one write (webhooks/outbox_store.py)."""
     now = timezone.now()
-    only = ""
-    params: dict = {"now": now, "limit": limit}
-    if config_pks is not None:
-        only, params["only"] = "AND id = ANY(%(only)s)", list(config_pks)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL.format(only=only), params)
-        rows = [_Head(*row) for row in cursor.fetchall()]
+    outbox = store()
+    with transaction.atomic():
+        rows = outbox.claim_read(now, limit, config_pks)
         if not rows:
             return []
         due: dict[int, datetime | None] = {}
@@ -260,7 +186,23 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
         for head in chosen:
             due[head.config_pk] = leased_until
             claims.append((head, _headers(head, timestamp)))
-        attempt_pks = _write_claims(cursor, now, leased_until, due, claims)
+        # The timeline numbers every attempt; `attempts` restarts at a replay, so a first try
+        # that follows earlier ones is the replay's: an operator's.
+        attempt_pks = outbox.claim_write(
+            now,
+            leased_until,
+            due,
+            [
+                NewAttempt(
+                    delivery_pk=head.pk,
+                    number=head.earlier_attempts + 1,
+                    url=head.url,
+                    request_headers=redact(headers),
+                    manual=head.earlier_attempts > 0 and head.attempts == 0,
+                )
+                for head, headers in claims
+            ],
+        )
     return [
         Claim(
             delivery_pk=head.pk,
@@ -275,49 +217,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     ]
 
 
-_WRITE_CLAIMS_SQL = """
-WITH heads AS (
-    UPDATE webhooks_pushconfig p SET head_due_at = u.due
-    FROM unnest(%(configs)s::bigint[], %(dues)s::timestamptz[]) AS u(id, due)
-    WHERE p.id = u.id
-), leased AS (
-    UPDATE webhooks_delivery SET state = 'sending', attempts = attempts + 1,
-        next_attempt_at = %(leased_until)s
-    WHERE id = ANY(%(deliveries)s::bigint[])
-)
-INSERT INTO webhooks_deliveryattempt
-    (delivery_id, number, url, started_at, request_headers, manual, error_class,
-     response_excerpt)
-SELECT u.delivery_id, u.number, u.url, %(now)s, u.headers::jsonb, u.manual, '', ''
-FROM unnest(%(deliveries)s::bigint[], %(numbers)s::int[], %(urls)s::text[],
-            %(headers)s::text[], %(manual)s::bool[]) AS u(delivery_id, number, url, headers, manual)
-RETURNING delivery_id, id
-"""
-
-
-def _write_claims(cursor, now, leased_until, due, claims) -> dict[int, int]:
-    """One statement: every config's new head time, the chosen heads leased, their attempt
-    rows inserted. Returns {delivery pk: attempt pk}."""
-    # The timeline numbers every attempt; `attempts` restarts at a replay, so a first try
-    # that follows earlier ones is the replay's: an operator's.
-    cursor.execute(
-        _WRITE_CLAIMS_SQL,
-        {
-            "configs": list(due),
-            "dues": list(due.values()),
-            "leased_until": leased_until,
-            "now": now,
-            "deliveries": [head.pk for head, _ in claims],
-            "numbers": [head.earlier_attempts + 1 for head, _ in claims],
-            "urls": [head.url for head, _ in claims],
-            "headers": [json.dumps(redact(headers)) for _, headers in claims],
-            "manual": [head.earlier_attempts > 0 and head.attempts == 0 for head, _ in claims],
-        },
-    )
-    return dict(cursor.fetchall())
-
-
-def _within_endpoint_caps(heads: list[_Head]) -> list[_Head]:
+def _within_endpoint_caps(heads: list[Head]) -> list[Head]:
     """The heads that fit their endpoint's in-flight cap, longest-waiting first.
 
     A failing endpoint (down, hanging) gets one try in flight at a time, claimed under its row
@@ -409,44 +309,6 @@ def delivery_record(*, claim: Claim, result: TransportResult) -> Outcome:
     return delivery_record_many([(claim, result)])[0]
 
 
-_RECORD_READ_SQL = """
-SELECT d.id, d.state, d.attempts, b.endpoint_id, e.consecutive_failures, e.last_success_at
-FROM webhooks_delivery d
-JOIN webhooks_pushbinding b ON b.id = d.binding_id
-JOIN webhooks_endpoint e ON e.id = b.endpoint_id
-WHERE d.id = ANY(%s)
-FOR NO KEY UPDATE OF d
-"""
-
-# Every attempt row gets its outcome, the delivered heads are marked, and each config's
-# head_due_at is set from its next open delivery (the statement's snapshot still shows the
-# heads it delivers as open, hence the exclusion; retries and dead-letters were written by
-# earlier statements and are seen as they are now).
-_RECORD_WRITE_SQL = """
-WITH tried AS (
-    UPDATE webhooks_deliveryattempt a
-    SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
-        response_excerpt = u.excerpt
-    FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
-                %(errors)s::text[], %(excerpts)s::text[])
-         AS u(id, duration_ms, status, error_class, excerpt)
-    WHERE a.id = u.id
-), delivered AS (
-    UPDATE webhooks_delivery d
-    SET state = 'delivered', finished_at = %(now)s, last_status = u.status, last_error = ''
-    FROM unnest(%(delivered)s::bigint[], %(delivered_statuses)s::int[]) AS u(id, status)
-    WHERE d.id = u.id
-)
-UPDATE webhooks_pushconfig p SET head_due_at = (
-    SELECT o.next_attempt_at FROM webhooks_delivery o
-    WHERE o.config_id = p.id AND o.state IN ('pending', 'sending')
-      AND o.id <> ALL(%(delivered)s::bigint[])
-    ORDER BY o.id LIMIT 1
-)
-WHERE p.id = ANY(%(configs)s::bigint[])
-"""
-
-
 def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> list[Outcome]:
     """Record a batch of attempts in one short transaction, each decided on its own.
 
@@ -454,31 +316,33 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
     claims it next, or wakes a pump when it no longer claims. A retry leaves a timed wake-up
     hint; the time itself is in `next_attempt_at` (the sweeper finds it if the hint is lost).
 
-    A healthy batch is three statements (raw SQL, like the claim): lock the configs (configs
-    before deliveries, as everywhere: webhooks/heads.py), read and lock the deliveries, write.
+    On PostgreSQL a healthy batch is three statements: lock the configs (configs before
+    deliveries, as everywhere: webhooks/heads.py), read and lock the deliveries, one write.
     """
     if not results:
         return []
     now = timezone.now()
+    outbox = store()
     config_pks = sorted({claim.config_pk for claim, _ in results})
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         heads.lock(config_pks)
-        # Lock only the deliveries: locking the joined endpoint row, which every delivery to
-        # that receiver shares, would serialize the batches (a lock convoy, measured).
-        cursor.execute(_RECORD_READ_SQL, [[claim.delivery_pk for claim, _ in results]])
-        current = {row[0]: row[1:] for row in cursor.fetchall()}
-        outcomes: list[Outcome] = []
+        current = outbox.record_read([claim.delivery_pk for claim, _ in results])
+        outcomes: list[Outcome | None] = []
         delivered: list[tuple[int, int]] = []
         failures: list[tuple[Claim, TransportResult]] = []
         endpoint_of: dict[int, int] = {}
-        endpoint_state: dict[int, tuple[int, datetime | None]] = {}
+        endpoint_state: dict[int, Recorded] = {}
         for claim, result in results:
             row = current.get(claim.delivery_pk)
-            if row is None or row[0] != DeliveryState.SENDING or row[1] != claim.attempt_number:
+            if (
+                row is None
+                or row.state != DeliveryState.SENDING
+                or row.attempts != claim.attempt_number
+            ):
                 outcomes.append(Outcome("stale"))  # the lease passed and another took over
                 continue
-            endpoint_of[claim.delivery_pk] = row[2]
-            endpoint_state[row[2]] = (row[3], row[4])
+            endpoint_of[claim.delivery_pk] = row.endpoint_pk
+            endpoint_state[row.endpoint_pk] = row
             if result.ok:
                 delivered.append((claim.delivery_pk, result.status))
                 outcomes.append(Outcome("delivered"))
@@ -488,34 +352,21 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
         succeeded = {endpoint_of[pk] for pk, _ in delivered}
         failed = collections.Counter(endpoint_of[claim.delivery_pk] for claim, _ in failures)
         endpoints: dict[int, Endpoint] = {}
-        if failed or any(endpoint_state[pk][0] for pk in succeeded):
+        if failed or any(endpoint_state[pk].consecutive_failures for pk in succeeded):
             endpoints = Endpoint.objects.in_bulk(list(endpoint_state))
         if failures:
             decided = iter(_record_failures(failures, endpoints, now))
             outcomes = [o if o is not None else next(decided) for o in outcomes]
-        cursor.execute(
-            _RECORD_WRITE_SQL,
-            {
-                "attempts": [claim.attempt_pk for claim, _ in results],
-                "durations": [result.duration_ms for _, result in results],
-                "statuses": [result.status for _, result in results],
-                "errors": [result.error_class or "" for _, result in results],
-                "excerpts": [result.body_excerpt[:2000] for _, result in results],
-                "now": now,
-                "delivered": [pk for pk, _ in delivered],
-                "delivered_statuses": [status for _, status in delivered],
-                "configs": config_pks,
-            },
-        )
+        outbox.record_write(now, results, delivered, config_pks)
         # Written when it changes something (a failure streak ends) or is a second old: every
         # success rewriting the shared endpoint row would serialize the batches.
         stale = now - timedelta(seconds=1)
         touched = [
             pk
             for pk in succeeded
-            if endpoint_state[pk][0]
-            or endpoint_state[pk][1] is None
-            or endpoint_state[pk][1] < stale
+            if endpoint_state[pk].consecutive_failures
+            or endpoint_state[pk].last_success_at is None
+            or endpoint_state[pk].last_success_at < stale
         ]
         if touched:
             Endpoint.objects.filter(pk__in=touched).update(

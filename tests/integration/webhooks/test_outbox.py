@@ -3,6 +3,9 @@
 Services only (no protocol app, no worker, no HTTP): `delivery_claim_head` / `delivery_record`
 get a TransportResult built by hand, which is all the delivery policy ever sees of a send.
 Time is moved with time_machine; DNS answers a public address for the test host names.
+
+Every test runs twice: through the PostgreSQL statements production runs and through the
+ORM statements of the embedded database (webhooks/outbox_store.py), so both keep one policy.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from webhooks import delivery as delivery_module
+from webhooks import outbox_store
 from webhooks.delivery import (
     delivery_claim_batch,
     delivery_claim_head,
@@ -44,7 +49,7 @@ from webhooks.services import endpoint_pause, endpoint_resume, push_config_creat
 from webhooks.services import push_config_delete as delete_config
 from webhooks.transport import TransportResult
 
-pytestmark = pytest.mark.usefixtures("public_dns")
+pytestmark = pytest.mark.usefixtures("public_dns", "outbox")
 
 HOOK = "https://hooks.example.org/a2a"
 T0 = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
@@ -54,6 +59,13 @@ T0 = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
 def agent(db):
     """Tests that need real commits (threads, rollbacks) also ask for `transactional_db`."""
     return AgentFactory(executor="external")
+
+
+@pytest.fixture(params=["postgres", "portable"])
+def outbox(request, monkeypatch):
+    chosen = {"postgres": outbox_store.PostgresStore, "portable": outbox_store.PortableStore}
+    monkeypatch.setattr(delivery_module, "store", chosen[request.param])
+    return request.param
 
 
 @pytest.fixture

@@ -1,0 +1,376 @@
+"""The outbox's four hot statements, for PostgreSQL and for the embedded database.
+
+webhooks/delivery.py decides (which heads go, what an attempt's result means); this module
+only reads and writes the rows, inside the caller's transaction:
+
+- `claim_read`: lock up to `limit` configs whose head is due (SKIP LOCKED, off the
+  pushconfig_head_due index, longest-waiting first) and read each one's head with what
+  sending it needs (binding version, endpoint state and in-flight count, agent, earlier
+  attempts);
+- `claim_write`: every config's new head time, the chosen heads leased, their attempt rows;
+- `record_read`: lock the recorded deliveries and read their state and endpoint;
+- `record_write`: every attempt's outcome, the delivered heads, each config's head time.
+
+`PostgresStore` is what production runs: each step is one prepared statement (raw SQL; the
+ORM's query building and PostgreSQL's planning cost more CPU per batch than the sends did,
+measured by bench/delivery_bench.py). `PortableStore` does the same through the ORM for the
+embedded SQLite database of `make run`, where a writer holds the whole database anyway;
+tests/integration/webhooks/test_outbox_store.py runs both against the same cases.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from django.db import connection
+from django.db.models import Count, F
+
+from webhooks import heads
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushConfig
+
+if TYPE_CHECKING:
+    from webhooks.delivery import Claim
+    from webhooks.transport import TransportResult
+
+
+class Head(NamedTuple):
+    """A due config and its head delivery, as a claim reads them."""
+
+    config_pk: int
+    pk: int | None  # None: the config owes nothing
+    event_id: uuid.UUID | None = None
+    task_id: uuid.UUID | None = None
+    seq: int = 0
+    kind: str = ""
+    body: str = ""
+    attempts: int = 0
+    next_attempt_at: datetime | None = None
+    config_name: str = ""
+    version: int = 0
+    url: str = ""
+    token_encrypted: str = ""
+    auth_scheme: str = ""
+    credentials_encrypted: str = ""
+    issuer: str = ""
+    endpoint_pk: int = 0
+    paused: bool = False
+    consecutive_failures: int = 0
+    endpoint_in_flight: int = 0  # sends to this endpoint with a live lease
+    agent_pk: int = 0
+    earlier_attempts: int = 0
+
+
+class Recorded(NamedTuple):
+    """A recorded delivery as it is now (locked), with its endpoint."""
+
+    state: str
+    attempts: int
+    endpoint_pk: int
+    consecutive_failures: int
+    last_success_at: datetime | None
+
+
+class NewAttempt(NamedTuple):
+    delivery_pk: int
+    number: int
+    url: str
+    request_headers: dict[str, str]
+    manual: bool
+
+
+def store() -> PostgresStore | PortableStore:
+    return _POSTGRES if connection.vendor == "postgresql" else _PORTABLE
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+_CLAIM_READ = """
+WITH due AS (
+    SELECT id, config_id FROM webhooks_pushconfig
+    WHERE head_due_at <= %(now)s AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
+    ORDER BY head_due_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), heads AS (
+    SELECT due.id AS config_pk, due.config_id AS config_name, d.id, d.event_id, d.task_id,
+           d.seq, d.kind, d.body, d.attempts, d.next_attempt_at, b.version, b.url,
+           b.token_encrypted, b.auth_scheme, b.credentials_encrypted, b.issuer, b.endpoint_id
+    FROM due
+    LEFT JOIN LATERAL (
+        SELECT * FROM webhooks_delivery o
+        WHERE o.config_id = due.id AND o.state IN ('pending', 'sending')
+        ORDER BY o.id LIMIT 1
+    ) d ON true
+    LEFT JOIN webhooks_pushbinding b ON b.id = d.binding_id
+), busy AS (
+    SELECT b.endpoint_id, count(*) AS n
+    FROM webhooks_delivery s JOIN webhooks_pushbinding b ON b.id = s.binding_id
+    WHERE s.state = 'sending' AND s.next_attempt_at > %(now)s
+      AND b.endpoint_id IN (SELECT endpoint_id FROM heads)
+    GROUP BY b.endpoint_id
+)
+SELECT h.config_pk, h.id, h.event_id, h.task_id, h.seq, h.kind, h.body, h.attempts,
+       h.next_attempt_at, h.config_name, h.version, h.url, h.token_encrypted, h.auth_scheme,
+       h.credentials_encrypted, h.issuer, h.endpoint_id, e.paused_at IS NOT NULL,
+       e.consecutive_failures, COALESCE(busy.n, 0),
+       (SELECT t.agent_id FROM tasks_task t WHERE t.id = h.task_id),
+       (SELECT count(*) FROM webhooks_deliveryattempt x WHERE x.delivery_id = h.id)
+FROM heads h
+LEFT JOIN webhooks_endpoint e ON e.id = h.endpoint_id
+LEFT JOIN busy ON busy.endpoint_id = h.endpoint_id
+ORDER BY h.next_attempt_at, h.id
+"""
+
+_CLAIM_WRITE = """
+WITH heads AS (
+    UPDATE webhooks_pushconfig p SET head_due_at = u.due
+    FROM unnest(%(configs)s::bigint[], %(dues)s::timestamptz[]) AS u(id, due)
+    WHERE p.id = u.id
+), leased AS (
+    UPDATE webhooks_delivery SET state = 'sending', attempts = attempts + 1,
+        next_attempt_at = %(leased_until)s
+    WHERE id = ANY(%(deliveries)s::bigint[])
+)
+INSERT INTO webhooks_deliveryattempt
+    (delivery_id, number, url, started_at, request_headers, manual, error_class,
+     response_excerpt)
+SELECT u.delivery_id, u.number, u.url, %(now)s, u.headers::jsonb, u.manual, '', ''
+FROM unnest(%(deliveries)s::bigint[], %(numbers)s::int[], %(urls)s::text[],
+            %(headers)s::text[], %(manual)s::bool[]) AS u(delivery_id, number, url, headers, manual)
+RETURNING delivery_id, id
+"""
+
+# Only the deliveries are locked: locking the joined endpoint row, which every delivery to
+# that receiver shares, would serialize the batches (a lock convoy, measured).
+_RECORD_READ = """
+SELECT d.id, d.state, d.attempts, b.endpoint_id, e.consecutive_failures, e.last_success_at
+FROM webhooks_delivery d
+JOIN webhooks_pushbinding b ON b.id = d.binding_id
+JOIN webhooks_endpoint e ON e.id = b.endpoint_id
+WHERE d.id = ANY(%(deliveries)s::bigint[])
+FOR NO KEY UPDATE OF d
+"""
+
+# The statement's snapshot still shows the heads it delivers as open, hence their exclusion
+# from the head-time subquery; retries and dead-letters were written by earlier statements.
+_RECORD_WRITE = """
+WITH tried AS (
+    UPDATE webhooks_deliveryattempt a
+    SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
+        response_excerpt = u.excerpt
+    FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
+                %(errors)s::text[], %(excerpts)s::text[])
+         AS u(id, duration_ms, status, error_class, excerpt)
+    WHERE a.id = u.id
+), delivered AS (
+    UPDATE webhooks_delivery d
+    SET state = 'delivered', finished_at = %(now)s, last_status = u.status, last_error = ''
+    FROM unnest(%(delivered)s::bigint[], %(delivered_statuses)s::int[]) AS u(id, status)
+    WHERE d.id = u.id
+)
+UPDATE webhooks_pushconfig p SET head_due_at = (
+    SELECT o.next_attempt_at FROM webhooks_delivery o
+    WHERE o.config_id = p.id AND o.state IN ('pending', 'sending')
+      AND o.id <> ALL(%(delivered)s::bigint[])
+    ORDER BY o.id LIMIT 1
+)
+WHERE p.id = ANY(%(configs)s::bigint[])
+"""
+
+
+def _run(sql: str, params: dict):
+    """Run one statement as a prepared statement (server-side binding) on Django's
+    connection, in its current transaction; database errors surface as Django's."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = psycopg.Cursor(connection.connection)
+        cursor.execute(sql, params, prepare=True)
+        return cursor
+
+
+class PostgresStore:
+    def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
+        only = None if config_pks is None else list(config_pks)
+        rows = _run(_CLAIM_READ, {"now": now, "limit": limit, "only": only}).fetchall()
+        return [Head(*row) for row in rows]
+
+    def claim_write(
+        self,
+        now: datetime,
+        leased_until: datetime,
+        due: dict[int, datetime | None],
+        attempts: list[NewAttempt],
+    ) -> dict[int, int]:
+        cursor = _run(
+            _CLAIM_WRITE,
+            {
+                "configs": list(due),
+                "dues": list(due.values()),
+                "leased_until": leased_until,
+                "now": now,
+                "deliveries": [a.delivery_pk for a in attempts],
+                "numbers": [a.number for a in attempts],
+                "urls": [a.url for a in attempts],
+                "headers": [json.dumps(a.request_headers) for a in attempts],
+                "manual": [a.manual for a in attempts],
+            },
+        )
+        return dict(cursor.fetchall())
+
+    def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
+        rows = _run(_RECORD_READ, {"deliveries": delivery_pks}).fetchall()
+        return {row[0]: Recorded(*row[1:]) for row in rows}
+
+    def record_write(
+        self,
+        now: datetime,
+        results: Sequence[tuple[Claim, TransportResult]],
+        delivered: list[tuple[int, int]],
+        config_pks: list[int],
+    ) -> None:
+        _run(
+            _RECORD_WRITE,
+            {
+                "attempts": [claim.attempt_pk for claim, _ in results],
+                "durations": [result.duration_ms for _, result in results],
+                "statuses": [result.status for _, result in results],
+                "errors": [result.error_class or "" for _, result in results],
+                "excerpts": [result.body_excerpt[:2000] for _, result in results],
+                "now": now,
+                "delivered": [pk for pk, _ in delivered],
+                "delivered_statuses": [status for _, status in delivered],
+                "configs": config_pks,
+            },
+        )
+
+
+# --- any database (the ORM) ----------------------------------------------------------------
+
+
+class PortableStore:
+    def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
+        due = PushConfig.objects.filter(head_due_at__lte=now)
+        if config_pks is not None:
+            due = due.filter(pk__in=list(config_pks))
+        configs = dict(
+            due.order_by("head_due_at", "id")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", "config_id")[:limit]
+        )
+        if not configs:
+            return []
+        firsts = heads.head_ids(configs)
+        rows = (
+            Delivery.objects.filter(pk__in=list(firsts.values()))
+            .order_by("next_attempt_at", "id")
+            .values_list(
+                "config_id", "pk", "event_id", "task_id", "seq", "kind", "body", "attempts",
+                "next_attempt_at", "binding__version", "binding__url",
+                "binding__token_encrypted", "binding__auth_scheme",
+                "binding__credentials_encrypted", "binding__issuer", "binding__endpoint_id",
+                "binding__endpoint__paused_at", "binding__endpoint__consecutive_failures",
+                "task__agent_id",
+            )
+        )  # fmt: skip
+        endpoints = {row[15] for row in rows}
+        in_flight = dict(
+            Delivery.objects.filter(
+                binding__endpoint_id__in=endpoints,
+                state=DeliveryState.SENDING,
+                next_attempt_at__gt=now,
+            )
+            .values("binding__endpoint_id")
+            .annotate(n=Count("id"))
+            .values_list("binding__endpoint_id", "n")
+        )
+        earlier = dict(
+            DeliveryAttempt.objects.filter(delivery_id__in=list(firsts.values()))
+            .values("delivery_id")
+            .annotate(n=Count("id"))
+            .values_list("delivery_id", "n")
+        )
+        found = [
+            Head(
+                row[0], row[1], *row[2:9], configs[row[0]], *row[9:16],
+                paused=row[16] is not None,
+                consecutive_failures=row[17],
+                endpoint_in_flight=in_flight.get(row[15], 0),
+                agent_pk=row[18],
+                earlier_attempts=earlier.get(row[1], 0),
+            )
+            for row in rows
+        ]  # fmt: skip
+        return found + [Head(pk, None) for pk in configs if pk not in firsts]
+
+    def claim_write(
+        self,
+        now: datetime,
+        leased_until: datetime,
+        due: dict[int, datetime | None],
+        attempts: list[NewAttempt],
+    ) -> dict[int, int]:
+        by_time: dict[datetime | None, list[int]] = collections.defaultdict(list)
+        for config_pk, when in due.items():
+            by_time[when].append(config_pk)
+        for when, pks in by_time.items():
+            heads.set_due(pks, when)
+        Delivery.objects.filter(pk__in=[a.delivery_pk for a in attempts]).update(
+            state=DeliveryState.SENDING, attempts=F("attempts") + 1, next_attempt_at=leased_until
+        )
+        rows = DeliveryAttempt.objects.bulk_create(
+            DeliveryAttempt(
+                delivery_id=a.delivery_pk,
+                number=a.number,
+                url=a.url,
+                started_at=now,
+                request_headers=a.request_headers,
+                manual=a.manual,
+            )
+            for a in attempts
+        )
+        return {row.delivery_id: row.pk for row in rows}
+
+    def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
+        rows = (
+            Delivery.objects.select_for_update(of=("self",), no_key=True)
+            .filter(pk__in=delivery_pks)
+            .values_list(
+                "pk", "state", "attempts", "binding__endpoint_id",
+                "binding__endpoint__consecutive_failures", "binding__endpoint__last_success_at",
+            )
+        )  # fmt: skip
+        return {row[0]: Recorded(*row[1:]) for row in rows}
+
+    def record_write(
+        self,
+        now: datetime,
+        results: Sequence[tuple[Claim, TransportResult]],
+        delivered: list[tuple[int, int]],
+        config_pks: list[int],
+    ) -> None:
+        for claim, result in results:
+            DeliveryAttempt.objects.filter(pk=claim.attempt_pk).update(
+                duration_ms=result.duration_ms,
+                status=result.status,
+                error_class=result.error_class or "",
+                response_excerpt=result.body_excerpt[:2000],
+            )
+        by_status: dict[int, list[int]] = collections.defaultdict(list)
+        for pk, status in delivered:
+            by_status[status].append(pk)
+        for status, pks in by_status.items():
+            Delivery.objects.filter(pk__in=pks).update(
+                state=DeliveryState.DELIVERED, finished_at=now, last_status=status, last_error=""
+            )
+        heads.refresh(config_pks)
+
+
+_POSTGRES = PostgresStore()
+_PORTABLE = PortableStore()
