@@ -248,6 +248,9 @@ A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
 # it hands over to a fresh one, sending threads per worker process (shared by its pumps).
 A2A_WEBHOOK_PUMP_WINDOW = env.int("A2A_WEBHOOK_PUMP_WINDOW", default=32)
 A2A_WEBHOOK_PUMP_SECONDS = env.float("A2A_WEBHOOK_PUMP_SECONDS", default=2)
+# A pump with nothing left to send waits this long for nudges (new writes) before it exits, so
+# a steady trickle of events rides one pump instead of a broker job each (Redis brokers only).
+A2A_WEBHOOK_PUMP_LINGER_SECONDS = env.float("A2A_WEBHOOK_PUMP_LINGER_SECONDS", default=1)
 A2A_WEBHOOK_SEND_THREADS = env.int("A2A_WEBHOOK_SEND_THREADS", default=64)
 # A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
 A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)

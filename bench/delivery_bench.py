@@ -62,7 +62,7 @@ Figures:
   pg_stat_activity is sampled during that run and during the 2-worker latency run (what the
   bench database's active backends wait on, and in which statement).
 
-Process logs are in var/bench/. Everything shares this machine's cores; the header prints the
+Process logs are in var/bench/, with each latency run's samples (latency-*.tsv: commit time, ms). Everything shares this machine's cores; the header prints the
 core count and the load average before the runs.
 """
 
@@ -807,7 +807,10 @@ def _latency(name: str, pool, baseline: bool, args, db: str, sink: Sink, ctx: di
         ctx["latency_waits"] = waits.stop()
     records = sink.dump()
     got = first_receipts(records)
-    lat = sorted((got[k] - t) * 1000 for k, t in produced.stamps.items() if k in got)
+    samples = sorted((t, (got[k] - t) * 1000) for k, t in produced.stamps.items() if k in got)
+    with open(LOG_DIR / f"latency-{base['tag']}.tsv", "w") as out:  # commit time, latency ms
+        out.writelines(f"{t:.6f}\t{ms:.3f}\n" for t, ms in samples)
+    lat = sorted(ms for _, ms in samples)
     late = sorted(produced.late)
     return Latency(
         name=name,

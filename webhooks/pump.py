@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -30,9 +30,11 @@ from webhooks.delivery import (
 )
 from webhooks.transport import PostRequest, TransportResult, post_guarded
 
-# While it may claim, a pump that waits on slow sends still looks for new work this often:
-# writes committed while it holds the wake flag published no job and count on it.
-POLL_SECONDS = 0.02
+# While it may claim, a pump looks for new work at least this often, whatever it waits for
+# (sends, nudges): heads stepped back at a busy endpoint come due again, and a nudge lost
+# while the subscriber reconnects delays a write by this much at most. Writes committed
+# while it holds the wake flag published no job and count on it.
+POLL_SECONDS = 0.1
 # Once a send finished, those finishing within this long are recorded with it.
 GATHER_SECONDS = 0.002
 # Claimed beyond the sends that just finished (see `pace`).
@@ -69,13 +71,32 @@ class PumpRun:
     delivered: int = 0
 
 
+class _Signals:
+    """What a pump waits for: `activity` is set when one of its sends finishes or a nudge
+    arrives (webhooks/wake.py), `nudged` only by a nudge."""
+
+    def __init__(self) -> None:
+        self.activity = threading.Event()
+        self.nudged = threading.Event()
+
+    def nudge(self) -> None:
+        self.nudged.set()
+        self.activity.set()
+
+
 def run_pump() -> PumpRun:
-    with relaxed_commits():
-        return _pump()
+    signals = _Signals()
+    linger = settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS if wake.listen(signals.nudge) else 0.0
+    try:
+        with relaxed_commits():
+            return _pump(signals, linger=linger)
+    finally:
+        wake.unlisten(signals.nudge)
 
 
-def _pump() -> PumpRun:
+def _pump(signals: _Signals, *, linger: float) -> PumpRun:
     run = PumpRun()
+    activity, nudged = signals.activity, signals.nudged
     window = settings.A2A_WEBHOOK_PUMP_WINDOW
     deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
     in_flight: dict[Future[TransportResult], Claim] = {}
@@ -91,7 +112,9 @@ def _pump() -> PumpRun:
             return 0
         claims = delivery_claim_batch(limit=room)
         for claim in claims:
-            in_flight[_senders().submit(_send, claim)] = claim
+            future = _senders().submit(_send, claim)
+            future.add_done_callback(lambda _: activity.set())
+            in_flight[future] = claim
         run.claimed += len(claims)
         return len(claims)
 
@@ -100,10 +123,11 @@ def _pump() -> PumpRun:
     # (a Redis round trip each, measured).
     held_at: float | None = None
     refresh_after = settings.A2A_WEBHOOK_WAKE_TTL_SECONDS / 3
+    idle_since: float | None = None
     try:
         while True:
             now = time.monotonic()
-            if claiming and now >= deadline:
+            if claiming and now >= deadline and in_flight:
                 claiming = False
                 wake.release()
                 wake.wake()  # a fresh pump claims from here; this one drains
@@ -111,20 +135,32 @@ def _pump() -> PumpRun:
                 if held_at is None or now - held_at >= refresh_after:
                     wake.hold()
                     held_at = now
+                nudged.clear()  # a nudge from here on may be for writes this claim misses
                 claim_more()
                 if not in_flight:
+                    # Nothing to do: stay a moment with the flag held, so the next writes
+                    # nudge this pump instead of publishing a job each.
+                    idle_since = idle_since or now
+                    left = min(idle_since + linger, deadline) - now
+                    if left > 0:
+                        nudged.wait(min(POLL_SECONDS, left))
+                        continue
                     wake.release()
                     held_at = None
                     if not claim_more():  # what was committed while the flag was held
                         break
+                idle_since = None
             if not in_flight:
                 break
-            done, _ = wait(
-                in_flight, timeout=POLL_SECONDS if claiming else None, return_when=FIRST_COMPLETED
-            )
-            if not done:
-                pace = PROBE
-                continue
+            # Cleared before looking: a send finishing or a nudge arriving later sets it again.
+            activity.clear()
+            if not any(future.done() for future in in_flight):
+                if not (claiming and nudged.is_set()):
+                    activity.wait(POLL_SECONDS if claiming else None)
+                if not any(future.done() for future in in_flight):
+                    if not nudged.is_set():
+                        pace = PROBE  # the poll found nothing finished: probe
+                    continue  # claim
             # Sends to a healthy receiver finish within moments of each other: take them in
             # one record (and so one claim) instead of a transaction each.
             done, _ = wait(in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)

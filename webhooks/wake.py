@@ -14,6 +14,11 @@ or blocks; `wake()` publishes a job only when it could set the flag itself. So:
 A flag whose pump died expires after `A2A_WEBHOOK_WAKE_TTL_SECONDS`; the sweeper wakes a pump
 whenever something is due, so a lost wake delays work, never loses it. Without a Redis broker
 (the embedded file-system broker of `make run`) there is no flag and every wake publishes.
+
+A claiming pump does not wait for its next poll to see new work: every wake also publishes a
+nudge on a Redis channel (in the same round trip as the flag), and each worker process keeps
+one subscriber (`listen`) that passes nudges to its pumps at once. The nudge only shortens
+the wait; a pump that misses one (subscriber reconnecting) finds the work at its next poll.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -33,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DELIVER_JOB = "webhooks.deliver"
 FLAG_KEY = "a2a:webhooks:pump-claiming"
+NUDGE_CHANNEL = "a2a:webhooks:nudge"
 
 _lock = threading.Lock()
 _client = None
@@ -92,8 +99,12 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
             bucket = math.ceil((time.time() + countdown) * 4)
             key, ttl_ms = f"{FLAG_KEY}:at:{bucket}", int(countdown * 1000) + 1000
         try:
-            if not client.set(key, b"1", px=ttl_ms, nx=True):
-                return True  # a pump is claiming, or one is due then anyway
+            pipe = client.pipeline(transaction=False)
+            pipe.set(key, b"1", px=ttl_ms, nx=True)
+            if countdown is None:
+                pipe.publish(NUDGE_CHANNEL, b"1")
+            if not pipe.execute()[0]:
+                return True  # a pump is claiming (and was nudged), or one is due then anyway
         except Exception:
             logger.warning("wake flag unreadable; publishing", exc_info=True)
             client = None
@@ -107,3 +118,50 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
 def wake_on_commit(*, countdown: float | None = None) -> None:
     """`wake()` once the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: wake(countdown=countdown), robust=True)
+
+
+# --- nudges --------------------------------------------------------------------------------
+
+_listeners: set[Callable[[], None]] = set()
+_listener_pid: int | None = None
+
+
+def listen(callback: Callable[[], None]) -> bool:
+    """Call `callback` (from the subscriber thread) whenever a nudge arrives, until
+    `unlisten(callback)`. Starts this process's subscriber on first use. False without Redis
+    (no nudges: the caller polls)."""
+    global _listener_pid
+    if _redis() is None:
+        return False
+    with _lock:
+        _listeners.add(callback)
+        if _listener_pid != os.getpid():
+            _listener_pid = os.getpid()
+            threading.Thread(target=_subscribe, name="webhook-nudges", daemon=True).start()
+    return True
+
+
+def unlisten(callback: Callable[[], None]) -> None:
+    with _lock:
+        _listeners.discard(callback)
+
+
+def _subscribe() -> None:
+    """Forever: hold a subscription to the nudge channel; reconnect after a failure."""
+    import redis
+
+    url = settings.CELERY_BROKER_URL
+    while True:
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=10)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(NUDGE_CHANNEL)
+            while True:
+                if pubsub.get_message(timeout=5.0) is not None:
+                    with _lock:
+                        waiting = list(_listeners)
+                    for callback in waiting:
+                        callback()
+        except Exception:
+            logger.warning("webhook nudge subscription lost; pumps poll until it is back")
+            time.sleep(1.0)

@@ -18,8 +18,9 @@ from django.db import connection
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.processes import wait_until
 from tests.webhook_checks import configure
-from webhooks import wake
+from webhooks import pump, wake
 from webhooks.delivery import delivery_claim_batch, delivery_record_many, relaxed_commits
 from webhooks.models import Delivery, DeliveryState
 from webhooks.pump import run_pump
@@ -142,6 +143,45 @@ def test_one_pump_delivers_every_backlog_in_order(receivers, broker):
     for received in seqs.values():
         assert received == sorted(received)  # per config, strictly in order
     assert not broker.exists(wake.FLAG_KEY)  # released: the next write wakes a new pump
+
+
+def test_a_lingering_pump_is_nudged_to_new_writes_without_a_job(
+    receivers, broker, settings, monkeypatch
+):
+    """A pump out of work holds the flag for A2A_WEBHOOK_PUMP_LINGER_SECONDS: a write then
+    publishes no job but a nudge, and the pump claims at once. Its own poll is an hour apart
+    here, so only the nudge can have brought the write in while the flag was still held."""
+    settings.A2A_WEBHOOK_PUMP_SECONDS = 4  # the pump ends here, lingering or not
+    settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
+    monkeypatch.setattr(pump, "POLL_SECONDS", 3600)
+    receiver = receivers.start()
+    agent = AgentFactory(executor="external")
+    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    push_config_create(task=task, config={"id": "a", "url": receiver.url})
+    broker.delete("webhooks", wake.FLAG_KEY)  # this test runs the pump itself
+    runs = []
+
+    def pumping() -> None:
+        try:
+            runs.append(run_pump())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=pumping)
+    thread.start()
+    try:
+        receiver.wait_for(lambda rs: len(rs) >= 1, message="the snapshot")
+        wait_until(lambda: not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists())
+        time.sleep(0.5)  # recorded, claimed again, found nothing: lingering
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+        records = receiver.wait_for(lambda rs: len(rs) >= 2, message="the working update")
+        assert broker.exists(wake.FLAG_KEY)  # received while the pump still held the flag
+        assert queued(broker) == 0  # the write published no job
+    finally:
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert [r.seq for r in records] == [1, 2]
+    assert (runs[0].claimed, runs[0].delivered) == (2, 2)
 
 
 def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
