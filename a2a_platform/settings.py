@@ -251,6 +251,10 @@ A2A_WEBHOOK_PUMP_SECONDS = env.float("A2A_WEBHOOK_PUMP_SECONDS", default=2)
 # A pump with nothing left to send waits this long for nudges (new writes) before it exits, so
 # a steady trickle of events rides one pump instead of a broker job each (Redis brokers only).
 A2A_WEBHOOK_PUMP_LINGER_SECONDS = env.float("A2A_WEBHOOK_PUMP_LINGER_SECONDS", default=1)
+# The sweeper vacuums the delivery queue's tables when their dead rows pile up between
+# autovacuum runs (webhooks/maintenance.py; PostgreSQL only). Off for a database whose
+# operators vacuum these tables on their own schedule.
+A2A_WEBHOOK_VACUUM_QUEUE_TABLES = env.bool("A2A_WEBHOOK_VACUUM_QUEUE_TABLES", default=True)
 A2A_WEBHOOK_SEND_THREADS = env.int("A2A_WEBHOOK_SEND_THREADS", default=64)
 # A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
 A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)

@@ -19,9 +19,12 @@ def deliver_job() -> str:
 @shared_task(name="webhooks.sweep_deliveries")
 def sweep_deliveries_job() -> int:
     """Safety net: wake a pump when a head is due (lost wake-ups, dead workers, retries whose
-    hint was lost with its worker). No message when a pump is claiming anyway."""
+    hint was lost with its worker). No message when a pump is claiming anyway. Also vacuums
+    the queue tables when they need it (webhooks/maintenance.py)."""
     from webhooks.heads import repair
+    from webhooks.maintenance import vacuum_queue_tables
 
+    vacuum_queue_tables()
     repair()
     due = len(due_configs(limit=1))
     if due:
