@@ -7,7 +7,10 @@ round trip, and a hung receiver holds one window slot, never the batch. Claims, 
 order are webhooks/delivery.py's; waking pumps is webhooks/wake.py's.
 
 A pump claims for `A2A_WEBHOOK_PUMP_SECONDS`, then hands over (wakes a fresh pump and only
-drains what it has in flight), so a job never runs long and a worker shutdown is quick.
+drains what it has in flight), so a job never runs long and a worker shutdown is quick. It
+claims again as soon as a send finishes or a nudge announces new writes (webhooks/wake.py),
+polling only as a fallback; out of work, it lingers `A2A_WEBHOOK_PUMP_LINGER_SECONDS` for
+nudges before it exits.
 """
 
 from __future__ import annotations
