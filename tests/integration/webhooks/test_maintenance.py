@@ -47,12 +47,19 @@ def old_snapshot():
     pruned on access (which would make the dead-row counts depend on page fill)."""
     db = connection.settings_dict
     with psycopg.connect(
-        dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"] or 5432
+        dbname=db["NAME"],
+        user=db["USER"],
+        host=db["HOST"],
+        port=db["PORT"] or 5432,
+        autocommit=True,
     ) as other:
         other.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        other.execute("SELECT count(*) FROM webhooks_pushconfig")
+        held = other.execute(
+            "SELECT backend_xmin FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        ).fetchone()[0]
+        assert held is not None  # the snapshot holds back the pruning horizon
         yield
-        other.rollback()
+        other.execute("ROLLBACK")
 
 
 def churn(push: PushConfig, times: int) -> None:
