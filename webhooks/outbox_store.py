@@ -15,7 +15,7 @@ only reads and writes the rows, inside the caller's transaction:
 ORM's query building and PostgreSQL's planning cost more CPU per batch than the sends did,
 measured by bench/delivery_bench.py). `PortableStore` does the same through the ORM for the
 embedded SQLite database of `make run`, where a writer holds the whole database anyway;
-tests/integration/webhooks/test_outbox_store.py runs both against the same cases.
+tests/integration/webhooks/test_outbox.py runs every case through both.
 """
 
 from __future__ import annotations
@@ -183,22 +183,22 @@ WHERE p.id = ANY(%(configs)s::bigint[])
 """
 
 
-def _run(sql: str, params: dict):
+def _run(sql: str, params: dict) -> list[tuple]:
     """Run one statement as a prepared statement (server-side binding) on Django's
-    connection, in its current transaction; database errors surface as Django's."""
+    connection, in its current transaction; its rows (none for a write without RETURNING).
+    Database errors surface as Django's."""
     import psycopg
 
     connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        return cursor
+        return cursor.fetchall() if cursor.description is not None else []
 
 
 class PostgresStore:
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         only = None if config_pks is None else list(config_pks)
-        rows = _run(_CLAIM_READ, {"now": now, "limit": limit, "only": only}).fetchall()
+        rows = _run(_CLAIM_READ, {"now": now, "limit": limit, "only": only})
         return [Head(*row) for row in rows]
 
     def claim_write(
@@ -208,7 +208,7 @@ class PostgresStore:
         due: dict[int, datetime | None],
         attempts: list[NewAttempt],
     ) -> dict[int, int]:
-        cursor = _run(
+        rows = _run(
             _CLAIM_WRITE,
             {
                 "configs": list(due),
@@ -222,10 +222,10 @@ class PostgresStore:
                 "manual": [a.manual for a in attempts],
             },
         )
-        return dict(cursor.fetchall())
+        return dict(rows)
 
     def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
-        rows = _run(_RECORD_READ, {"deliveries": delivery_pks}).fetchall()
+        rows = _run(_RECORD_READ, {"deliveries": delivery_pks})
         return {row[0]: Recorded(*row[1:]) for row in rows}
 
     def record_write(
