@@ -1,0 +1,80 @@
+"""The outbox on the embedded database of `make run` (SQLite, file-system broker), in a
+process of its own: registration writes the snapshot, a claim signs it, a record delivers
+it, and the next claim finds nothing (webhooks/outbox_store.PortableStore for real, where
+test_outbox.py runs it on PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SCRIPT = """
+import json
+from django.db import connection
+from tasks import services
+from tests.factories import AgentFactory, user_message
+from webhooks import outbox_store
+from webhooks.delivery import delivery_claim_batch, delivery_record_many
+from webhooks.models import Delivery, DeliveryAttempt
+from webhooks.services import push_config_create
+from webhooks.transport import TransportResult
+
+agent = AgentFactory(executor="external")
+task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+push_config_create(
+    task=task,
+    config={"id": "c", "url": "http://127.0.0.1:9/hook", "authentication": {"scheme": "Bearer"}},
+)
+claims = delivery_claim_batch(limit=10)
+ok = TransportResult(200, {}, "", 1.0, None, None)
+outcomes = delivery_record_many([(claim, ok) for claim in claims])
+print(json.dumps({
+    "vendor": connection.vendor,
+    "store": type(outbox_store.store()).__name__,
+    "headers": sorted(claims[0].headers) if claims else [],
+    "outcomes": [o.state for o in outcomes],
+    "deliveries": list(Delivery.objects.values_list("state", "attempts")),
+    "attempts": list(DeliveryAttempt.objects.values_list("number", "status")),
+    "again": len(delivery_claim_batch(limit=10)),
+}))
+"""
+
+
+def test_make_runs_embedded_database_claims_signs_and_records(tmp_path):
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "CELERY_BROKER_URL", "A2A_PROFILE")
+    }
+    env |= {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'a2a.sqlite3'}",
+        "A2A_VAR_DIR": str(tmp_path),
+        "A2A_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    }
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=300)
+    done = subprocess.run(
+        [*manage, "shell", "-c", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert result["vendor"] == "sqlite"
+    assert result["store"] == "PortableStore"
+    assert {"webhook-id", "webhook-signature", "Authorization", "X-A2A-Task-Seq"} <= set(
+        result["headers"]
+    )
+    assert result["outcomes"] == ["delivered"]
+    assert result["deliveries"] == [["delivered", 1]]
+    assert result["attempts"] == [[1, 200]]
+    assert result["again"] == 0
