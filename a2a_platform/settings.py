@@ -255,7 +255,6 @@ A2A_WEBHOOK_PUMP_LINGER_SECONDS = env.float("A2A_WEBHOOK_PUMP_LINGER_SECONDS", d
 # autovacuum runs (webhooks/maintenance.py; PostgreSQL only). Off for a database whose
 # operators vacuum these tables on their own schedule.
 A2A_WEBHOOK_VACUUM_QUEUE_TABLES = env.bool("A2A_WEBHOOK_VACUUM_QUEUE_TABLES", default=True)
-A2A_WEBHOOK_SEND_THREADS = env.int("A2A_WEBHOOK_SEND_THREADS", default=64)
 # A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
 A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)
 # Delivery signing keys are read once per this many seconds per worker process (0: always);

@@ -866,18 +866,18 @@ _PHASES = (
     ("claim: _headers (keys, sign)", "_headers (webhooks/delivery.py"),
     ("claim: the rest", "delivery_claim_batch ("),
     ("record", "delivery_record_many ("),
-    ("transport.post (sending threads)", "post (webhooks/transport.py"),
+    ("sender loop (transport, asyncio)", "webhook-sender"),
     ("wake flag / publish", "webhooks/wake.py"),
     ("pump, other (waiting on sends)", "run_pump ("),
 )
 # A sample belongs to the pump when one of these is in its stack (its thread or a sender).
-_PUMP_FRAMES = ("run_pump (", "_send (webhooks/pump.py")
+_PUMP_FRAMES = ("run_pump (",)
 # Libraries, by the innermost frame's file.
 _LIBS = (
     ("django ORM (models, sql)", ("django/db/models",)),
     ("django db backend + psycopg", ("django/db/backends", "psycopg", "django/db/utils")),
     ("celery + kombu + redis", ("celery/", "kombu/", "redis/", "billiard/", "vine/")),
-    ("httpx + httpcore + h11", ("httpx/", "httpcore/", "h11/")),
+    ("asyncio + httptools", ("asyncio/", "httptools/")),
     ("cryptography + jwt", ("cryptography/", "jwt/")),
     ("logging", ("logging/",)),
     ("threading / queue", ("threading.py", "queue.py")),
@@ -986,7 +986,7 @@ def print_profile(profile: dict) -> None:
     if not profile:
         return
     for kind, title in (
-        ("wall", "wall time of the pump and sending threads"),
+        ("wall", "wall time of the pump threads"),
         ("cpu", "on-CPU time (the thread holding the GIL), whole worker"),
     ):
         prof = profile.get(kind) or {}

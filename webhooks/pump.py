@@ -1,10 +1,10 @@
 """The delivery pump: claim due heads in batches, POST them concurrently, record as they land.
 
 One pump runs inside one `webhooks.deliver` job. It keeps up to `A2A_WEBHOOK_PUMP_WINDOW`
-sends in flight on the process's sending threads; whenever some finish it records them in one
-transaction and claims again, so a delivered head's successor goes next without a broker
-round trip, and a hung receiver holds one window slot, never the batch. Claims, records and
-order are webhooks/delivery.py's; waking pumps is webhooks/wake.py's.
+sends in flight on the process's sender loop (webhooks/transport.py); whenever some finish
+it records them in one transaction and claims again, so a delivered head's successor goes
+next without a broker round trip, and a hung receiver holds one window slot, never the batch.
+Claims, records and order are webhooks/delivery.py's; waking pumps is webhooks/wake.py's.
 
 A pump claims for `A2A_WEBHOOK_PUMP_SECONDS`, then hands over (wakes a fresh pump and only
 drains what it has in flight), so a job never runs long and a worker shutdown is quick. It
@@ -15,10 +15,9 @@ nudges before it exits.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from concurrent.futures import ALL_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, Future, wait
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -31,7 +30,7 @@ from webhooks.delivery import (
     delivery_record_many,
     relaxed_commits,
 )
-from webhooks.transport import PostRequest, TransportResult, post_guarded
+from webhooks.transport import PostRequest, TransportResult, submit
 
 # While it may claim, a pump looks for new work at least this often, whatever it waits for
 # (sends, nudges): heads stepped back at a busy endpoint come due again, and a nudge lost
@@ -44,27 +43,6 @@ GATHER_SECONDS = 0.002
 PROBE = 4
 # A stopping pump leaves a timed wake-up for heads due within this long.
 SOON_SECONDS = 1.0
-
-_lock = threading.Lock()
-_executor: ThreadPoolExecutor | None = None
-_executor_pid: int | None = None
-
-
-def _senders() -> ThreadPoolExecutor:
-    """The process's sending threads (shared by its pumps; a forked child makes its own)."""
-    global _executor, _executor_pid
-    with _lock:
-        if _executor is None or _executor_pid != os.getpid():
-            _executor = ThreadPoolExecutor(
-                max_workers=settings.A2A_WEBHOOK_SEND_THREADS, thread_name_prefix="webhook-send"
-            )
-            _executor_pid = os.getpid()
-        return _executor
-
-
-def _send(claim: Claim) -> TransportResult:
-    request = PostRequest(claim.url, claim.body, claim.headers)
-    return post_guarded(request, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
 
 
 @dataclass
@@ -114,8 +92,9 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
         if room <= 0:
             return 0
         claims = delivery_claim_batch(limit=room)
-        for claim in claims:
-            future = _senders().submit(_send, claim)
+        requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in claims]
+        sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
+        for claim, future in zip(claims, sends, strict=True):
             future.add_done_callback(lambda _: activity.set())
             in_flight[future] = claim
         run.claimed += len(claims)

@@ -74,6 +74,7 @@ class ParsedTarget:
     host: str
     port: int
     path_qs: str
+    literal: bool = False
 
     @property
     def url(self) -> str:
@@ -311,6 +312,25 @@ def check_url(url: str) -> ParsedTarget:
 
     https only; plain http only when every address is in an allowlisted network.
     """
+    target = parse_url(url)
+    check_addresses(target, [target.host] if target.literal else resolve(target.host, target.port))
+    return target
+
+
+def check_addresses(target: ParsedTarget, addresses: list[str]) -> None:
+    """Refuse unless every address is public or allowlisted and, for plain http, every one is
+    allowlisted. Run on the addresses a URL resolves to, and again at connect time."""
+    for address in addresses:
+        check_address(address)
+    if target.scheme == "http" and not all(is_allowlisted(a) for a in addresses):
+        raise UnsafeDestination(
+            "scheme", "plain http is allowed only to A2A_WEBHOOK_ALLOWED_NETWORKS; use https"
+        )
+
+
+def parse_url(url: str) -> ParsedTarget:
+    """The URL's checked parts, without resolving its host: scheme, a normalized host (an IP
+    literal in any form becomes its canonical address, `literal` set), port and path."""
     if not isinstance(url, str) or not url:
         raise UnsafeDestination("invalid_url", "the URL is empty")
     if len(url) > MAX_URL_LENGTH:
@@ -341,19 +361,10 @@ def check_url(url: str) -> ParsedTarget:
         raise UnsafeDestination("port", "the port must be a number from 1 to 65535")
 
     literal = _literal_host(host, bracketed=parts.netloc.rsplit("@", 1)[-1].startswith("["))
-    if literal is not None:
-        host = str(literal)
-        addresses = [host]
-    else:
-        host = _ascii_hostname(host)
-        addresses = resolve(host, port)
-    for address in addresses:
-        check_address(address)
-    if scheme == "http" and not all(is_allowlisted(a) for a in addresses):
-        raise UnsafeDestination(
-            "scheme", "plain http is allowed only to A2A_WEBHOOK_ALLOWED_NETWORKS; use https"
-        )
+    host = str(literal) if literal is not None else _ascii_hostname(host)
     path_qs = parts.path or "/"
     if parts.query:
         path_qs += "?" + parts.query
-    return ParsedTarget(scheme=scheme, host=host, port=port, path_qs=path_qs)
+    return ParsedTarget(
+        scheme=scheme, host=host, port=port, path_qs=path_qs, literal=literal is not None
+    )

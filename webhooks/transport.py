@@ -1,6 +1,6 @@
 """The delivery transport: one POST, returned as a value (STYLE.md "Delivery").
 
-`post` never raises for a network or HTTP problem: it returns a `TransportResult` whose
+A send never raises for a network or HTTP problem: it returns a `TransportResult` whose
 `error_class` names what went wrong, and leaves the retry decision to the delivery policy.
 
 - `ssrf`     the destination is refused (webhooks/ssrf.py), before or at connect time.
@@ -13,20 +13,34 @@
 - `network`  the connection broke after it was made (may have been received).
 - `protocol` the receiver spoke broken HTTP, or the request could not be framed.
 - `request`  the request itself could not be built (e.g. a header value that is not ASCII).
-- `internal` a bug in this module, caught by `post_guarded` (logged).
+- `internal` a bug in this module, caught by `submit`/`post_guarded` (logged).
 
-SSRF is enforced inside the transport, not only before it: the httpcore network backend
-resolves the host at connect time, checks every address and connects to a checked address,
-so a DNS answer that changes between `check_url` and the connection (rebinding) is refused.
-Redirects are never followed; a 3xx is returned as is.
+How it sends: one asyncio event loop per process, on a thread of its own (`webhook-sender`),
+runs every send as a task, so a hung receiver holds one task, never a thread or the others.
+`submit` hands it a batch and returns a `concurrent.futures.Future` per request (the delivery
+pump's path); `post` sends one and waits. HTTP/1.1 is framed here and parsed by httptools
+(llhttp), over keep-alive connections pooled per origin. A general-purpose client cost the
+pump most of its CPU (bench/delivery_bench.py --profile): httpx's models, then httpcore and
+h11 on a thread per send.
 
-`timeout` is a deadline for the whole attempt (connect + TLS + send + response head + body
-excerpt), not per socket operation, so a receiver that trickles bytes cannot hold a worker.
-DNS resolution is the exception: it is bounded by the system resolver's own timeouts.
+SSRF is enforced inside the transport, not only before it: every send checks the URL
+(webhooks/ssrf.py), and every new connection resolves the host again, checks every address and
+connects to a checked address, so a DNS answer that changes between the check and the
+connection (rebinding) is refused. The host name still goes out as TLS SNI and in Host, so
+certificates and virtual hosts work as usual. No proxies (a proxy would make the connection,
+and the check would be about the proxy). Redirects are never followed; a 3xx is returned as is.
+
+`timeout` is a deadline for the whole attempt (URL check + connect + TLS + send + response
+head + body excerpt), not per socket operation, so a receiver that trickles bytes cannot hold a
+send. Name resolution runs on the loop's resolver threads; a lookup outliving the deadline
+finishes there, unwaited.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import logging
 import math
 import os
@@ -34,23 +48,27 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import httpcore
+import httptools
 import httpx
 
 from webhooks import ssrf
-from webhooks.ssrf import UnsafeDestination, check_url
+from webhooks.ssrf import ParsedTarget, UnsafeDestination
 
 logger = logging.getLogger(__name__)
 
 EXCERPT_BYTES = 2048
+# A status line and headers longer than this are refused (`protocol`).
+MAX_HEAD_BYTES = 65536
 USER_AGENT = "a2a-platform-webhooks/1"
+# Idle keep-alive connections are reused for this long, and at most this many are kept.
+KEEPALIVE_SECONDS = 5.0
+MAX_IDLE_CONNECTIONS = 256
 
 
 @dataclass(frozen=True)
@@ -75,153 +93,470 @@ class PostRequest(NamedTuple):
     headers: Mapping[str, str]
 
 
-# --- the deadline --------------------------------------------------------------------------
-
-# Monotonic deadline of the attempt running in this thread; the network stream reads it so
-# every socket operation gets only what is left of the attempt's budget.
-_DEADLINE: ContextVar[float | None] = ContextVar("webhook_deadline", default=None)
+# --- the public calls --------------------------------------------------------------------
 
 
-def _budget(timeout: float | None, exc: type[Exception]) -> float | None:
-    deadline = _DEADLINE.get()
-    if deadline is None:
-        return timeout
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise exc("the delivery timeout elapsed")
-    return remaining if timeout is None else min(timeout, remaining)
+def submit(
+    requests: Sequence[PostRequest], timeout: float
+) -> list[concurrent.futures.Future[TransportResult]]:
+    """Start sending `requests` on the process's sender loop (one wake-up for the batch); a
+    future per request, each resolving to a result, never to an exception."""
+    futures: list[concurrent.futures.Future[TransportResult]] = [
+        concurrent.futures.Future() for _ in requests
+    ]
+    if requests:
+        _sender().call(_start, list(zip(requests, futures, strict=True)), timeout, guarded=True)
+    return futures
 
 
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _budget(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _budget(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        tls = self._inner.start_tls(
-            ssl_context, server_hostname, _budget(timeout, httpcore.ConnectTimeout)
-        )
-        return _DeadlineStream(tls)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+def post(
+    url: str, body: bytes | str, headers: Mapping[str, str], *, timeout: float
+) -> TransportResult:
+    """POST `body` (str is sent as UTF-8) to `url` and wait for the result; never follows
+    redirects, never raises for network or HTTP problems. `timeout` bounds the whole attempt."""
+    future: concurrent.futures.Future[TransportResult] = concurrent.futures.Future()
+    _sender().call(_start, [(PostRequest(url, body, headers), future)], timeout, guarded=False)
+    return future.result()
 
 
-# --- the SSRF-checked connect --------------------------------------------------------------
-
-
-class _ResolutionFailed(httpcore.ConnectError):
-    pass
-
-
-class SSRFSafeBackend(httpcore.SyncBackend):
-    """Resolve, check every address, connect to a checked address (never to the name).
-
-    httpcore still sends the original host name as TLS SNI and the URL's Host header, so
-    certificates and virtual hosts work as usual.
-    """
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        try:
-            addresses = ssrf.resolve(host, port)
-        except UnsafeDestination as exc:
-            raise _ResolutionFailed(str(exc)) from None
-        for address in addresses:
-            try:
-                ssrf.check_address(address)
-            except UnsafeDestination as exc:
-                logger.warning(
-                    "webhook connect refused",
-                    extra={"host": host, "address": address, "reason": exc.reason},
-                )
-                raise
-        last: Exception | None = None
-        for address in addresses:
-            try:
-                stream = super().connect_tcp(
-                    address,
-                    port,
-                    timeout=_budget(timeout, httpcore.ConnectTimeout),
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last = exc
-                continue
-            return _DeadlineStream(stream)
-        assert last is not None
-        raise last
-
-
-# --- the connection pool --------------------------------------------------------------------
-#
-# httpcore directly, not an httpx.Client over it: the delivery pump sends hundreds of requests
-# a second, and httpx's request/response models, cookie jar and URL handling cost as much CPU
-# as httpcore and h11 together (measured with bench/delivery_bench.py). No proxies: a proxy
-# would make the connection, and the check would be about the proxy, not the receiver.
-
-_pool_lock = threading.Lock()
-_pool: httpcore.ConnectionPool | None = None
-_pool_pid: int | None = None
-
-_FIXED_HEADERS = [
-    (b"User-Agent", USER_AGENT.encode()),
-    # identity: the excerpt is 2 KB, never decompress (a small gzip can be huge).
-    (b"Accept-Encoding", b"identity"),
-]
-
-
-def connection_pool(*, verify: ssl.SSLContext | bool = True) -> httpcore.ConnectionPool:
-    """An HTTP/1.1 pool whose every new connection goes through `SSRFSafeBackend`."""
-    ssl_context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
-    return httpcore.ConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=200,
-        max_keepalive_connections=64,
-        keepalive_expiry=5.0,
-        http1=True,
-        http2=False,
-        network_backend=SSRFSafeBackend(),
-    )
-
-
-def _get_pool() -> httpcore.ConnectionPool:
-    """One pool per process (thread-safe); a forked child builds its own."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = connection_pool()
-            _pool_pid = os.getpid()
-        return _pool
+def post_guarded(request: PostRequest, timeout: float) -> TransportResult:
+    """`post`, with a bug in this module turned into an `internal` result (logged)."""
+    [future] = submit([request], timeout)
+    return future.result()
 
 
 def close_client() -> None:
-    """Close the process's pool (worker shutdown, tests)."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is not None and _pool_pid == os.getpid():
-            _pool.close()
-        _pool, _pool_pid = None, None
+    """Close the process's idle connections (worker shutdown, tests)."""
+    sender = _current
+    if sender is not None and sender.pid == os.getpid():
+        sender.call_and_wait(sender.pool.close_all)
+
+
+# --- the sender loop ----------------------------------------------------------------------
+
+
+class _Sender:
+    """An event loop on a daemon thread, with its connection pool."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.pool = _Pool()
+        self.ssl_context = httpx.create_ssl_context()
+        self.thread = threading.Thread(target=self._run, name="webhook-sender", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, fn, *args, **kwargs) -> None:
+        self.loop.call_soon_threadsafe(functools.partial(fn, self, *args, **kwargs))
+
+    def call_and_wait(self, fn) -> None:
+        done = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set_result(None)
+
+        self.loop.call_soon_threadsafe(run)
+        done.result(timeout=10)
+
+
+_sender_lock = threading.Lock()
+_current: _Sender | None = None
+
+
+def _sender() -> _Sender:
+    """The process's sender (thread-safe); a forked child starts its own."""
+    global _current
+    sender = _current
+    if sender is not None and sender.pid == os.getpid():
+        return sender
+    with _sender_lock:
+        if _current is None or _current.pid != os.getpid():
+            _current = _Sender()
+        return _current
+
+
+def _start(sender: _Sender, batch, timeout: float, *, guarded: bool) -> None:
+    """On the loop: one task per request, settling its caller's future."""
+    for request, future in batch:
+        if not future.set_running_or_notify_cancel():
+            continue
+        task = sender.loop.create_task(_attempt(sender, request, timeout))
+        task.add_done_callback(functools.partial(_settle, future, guarded, time.perf_counter()))
+
+
+def _settle(
+    future: concurrent.futures.Future[TransportResult],
+    guarded: bool,
+    started: float,
+    task: asyncio.Task[TransportResult],
+) -> None:
+    if task.cancelled():
+        future.set_result(_failure("internal", "the send was cancelled", started))
+        return
+    exc = task.exception()
+    if exc is None:
+        future.set_result(task.result())
+    elif guarded:
+        logger.error("webhook post failed unexpectedly", exc_info=exc)
+        future.set_result(_failure("internal", f"{type(exc).__name__}: {exc}", started))
+    else:
+        future.set_exception(exc)
+
+
+# --- one attempt ----------------------------------------------------------------------------
+
+
+class _ConnectFailed(Exception):
+    def __init__(self, error_class: str, detail: str) -> None:
+        super().__init__(detail)
+        self.error_class = error_class
+
+
+class _Broken(Exception):
+    """The connection broke or the receiver spoke broken HTTP (`error_class` says which)."""
+
+    def __init__(self, error_class: str, detail: str) -> None:
+        super().__init__(detail)
+        self.error_class = error_class
+
+
+async def _attempt(sender: _Sender, request: PostRequest, timeout: float) -> TransportResult:
+    started = time.perf_counter()
+    body = request.body.encode("utf-8") if isinstance(request.body, str) else request.body
+    connection: _Connection | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            target = ssrf.parse_url(request.url)
+            head = _request_head(target, request.headers, len(body))
+            addresses = await _addresses(sender, target)
+            ssrf.check_addresses(target, addresses)
+            connection = sender.pool.take(target)
+            if connection is not None:
+                try:
+                    connection.send(head, body)
+                    await connection.head_received()
+                except _Broken:
+                    if connection.received:
+                        raise
+                    # Closed by the receiver while idle, before a byte of the answer: the
+                    # usual keep-alive race, not a failing endpoint. Once more, on a new one.
+                    connection.close()
+                    connection = None
+            if connection is None:
+                connection = await _connect(sender, target)
+                connection.send(head, body)
+                await connection.head_received()
+        # The status line is the receiver's answer: a body that breaks or stalls afterwards
+        # is noted on the result, not turned into a failure.
+        detail = await connection.read_excerpt(deadline=started + timeout)
+        status, answer, excerpt = connection.status, connection.headers, connection.excerpt
+        if connection.reusable():
+            sender.pool.give(target, connection)
+        else:
+            connection.close()
+        connection = None
+        return TransportResult(
+            status=status,
+            headers=answer,
+            body_excerpt=_decode(excerpt, _charset(answer.get("content-type"))),
+            duration_ms=_elapsed_ms(started),
+            error_class=None,
+            retry_after=parse_retry_after(answer.get("retry-after")),
+            error_detail=detail,
+        )
+    except UnsafeDestination as exc:
+        return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
+    except TimeoutError:
+        return _failure("timeout", "the delivery timeout elapsed", started)
+    except _ConnectFailed as exc:
+        return _failure(exc.error_class, str(exc), started)
+    except _Broken as exc:
+        return _failure(exc.error_class, str(exc), started)
+    except (UnicodeError, ValueError) as exc:
+        return _failure("request", f"{type(exc).__name__}: {exc}", started)
+    except OSError as exc:
+        return _failure("network", f"{type(exc).__name__}: {exc}", started)
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+async def _addresses(sender: _Sender, target: ParsedTarget) -> list[str]:
+    if target.literal:
+        return [target.host]
+    return await sender.loop.run_in_executor(None, ssrf.resolve, target.host, target.port)
+
+
+async def _connect(sender: _Sender, target: ParsedTarget) -> _Connection:
+    """A new connection: resolve again, check every address, connect to a checked one."""
+    addresses = await _addresses(sender, target)
+    try:
+        ssrf.check_addresses(target, addresses)
+    except UnsafeDestination as exc:
+        logger.warning(
+            "webhook connect refused",
+            extra={"host": target.host, "addresses": addresses, "reason": exc.reason},
+        )
+        raise
+    return await open_connection(sender, target, addresses)
+
+
+async def open_connection(
+    sender: _Sender, target: ParsedTarget, addresses: Iterable[str]
+) -> _Connection:
+    """Connect to the first of `addresses` that answers (already checked by the caller)."""
+    tls = sender.ssl_context if target.scheme == "https" else None
+    last: Exception | None = None
+    for address in addresses:
+        try:
+            _, connection = await sender.loop.create_connection(
+                _Connection,
+                host=address,
+                port=target.port,
+                ssl=tls,
+                server_hostname=target.host if tls else None,
+            )
+            return connection
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            raise _ConnectFailed("tls", f"{type(exc).__name__}: {exc}") from None
+        except OSError as exc:
+            last = exc
+    raise _ConnectFailed("connect", f"{type(last).__name__}: {last}")
+
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_FRAMING = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+def _request_head(target: ParsedTarget, headers: Mapping[str, str], length: int) -> bytes:
+    """The request line and headers. Header names must be tokens and values ASCII without
+    control characters (no header injection); framing headers are ours alone."""
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    if target.port != (443 if target.scheme == "https" else 80):
+        host = f"{host}:{target.port}"
+    lines = [
+        f"POST {target.path_qs} HTTP/1.1",
+        f"Host: {host}",
+        f"User-Agent: {USER_AGENT}",
+        # identity: the excerpt is 2 KB, never decompress (a small gzip can be huge).
+        "Accept-Encoding: identity",
+        f"Content-Length: {length}",
+    ]
+    for name, value in headers.items():
+        if not _TOKEN.match(name):
+            raise ValueError(f"{name!r} is not a valid header name")
+        if name.lower() in _FRAMING:
+            raise ValueError(f"the {name} header is set by the transport")
+        if _BAD_VALUE.search(value):
+            raise ValueError(f"the {name} header has a control character")
+        lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: one request at a time, the response parsed by httptools."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: _Broken | None = None
+        self.reset()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy or self._complete:
+            self._fail(_Broken("protocol", "data outside a response"))
+            self.close()
+            return
+        self.received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_Broken("protocol", "the receiver switched protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(_Broken("protocol", f"malformed HTTP response: {exc}"))
+        if not self._have_head and self.received > MAX_HEAD_BYTES:
+            self._fail(_Broken("protocol", f"response head longer than {MAX_HEAD_BYTES} bytes"))
+            self.close()
+
+    def eof_received(self) -> bool:
+        if self._have_head and not self._complete:
+            # A body delimited by the end of the connection (HTTP/1.0 style) ends here.
+            self._complete = True
+        self._fail(_Broken("network", "the receiver closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(_Broken("network", f"connection lost: {exc}" if exc else "connection closed"))
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._fail(_Broken("protocol", f"response head longer than {MAX_HEAD_BYTES} bytes"))
+            raise ValueError("response head too long")  # stops the parser
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:
+            self.headers = {}  # an interim response: the final one follows
+            self._head_bytes = 0
+            return
+        self.status = status
+        self._have_head = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if len(self._body) < EXCERPT_BYTES:
+            self._body += body
+            if len(self._body) >= EXCERPT_BYTES:
+                self._wake()
+
+    def on_message_complete(self) -> None:
+        if not self._have_head:
+            return  # the interim response ended
+        self._complete = True
+        self._keep_alive = self._parser.should_keep_alive()
+        self._wake()
+
+    # the attempt's side
+
+    def send(self, head: bytes, body: bytes) -> None:
+        if self.closed or self.transport is None:
+            raise _Broken("network", "the connection closed before the request")
+        self._busy = True
+        self.transport.write(head + body)
+
+    async def head_received(self) -> None:
+        while not self._have_head:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    async def read_excerpt(self, *, deadline: float) -> str | None:
+        """Read the body up to EXCERPT_BYTES (`excerpt`); a note when it broke or stalled."""
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
+                while not self._complete and len(self._body) < EXCERPT_BYTES:
+                    if self._error is not None:
+                        raise self._error
+                    await self._wait()
+        except TimeoutError:
+            return "response body: timeout"
+        except _Broken as exc:
+            return f"response body: {exc}"
+        finally:
+            self.excerpt = bytes(self._body[:EXCERPT_BYTES])
+        return None
+
+    @property
+    def healthy(self) -> bool:
+        return self._error is None
+
+    def reusable(self) -> bool:
+        return self._complete and self._keep_alive and self._error is None and not self.closed
+
+    def reset(self) -> None:
+        """Ready for the next request on this connection."""
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.excerpt = b""
+        self.received = 0  # bytes of the answer so far
+        self._head_bytes = 0
+        self._body = bytearray()
+        self._busy = self._have_head = self._complete = self._keep_alive = False
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _fail(self, error: _Broken) -> None:
+        if self._error is None:
+            self._error = error
+        self._wake()
+
+
+class _Pool:
+    """Idle keep-alive connections per origin (loop thread only, so no lock)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._count = 0
+
+    def take(self, target: ParsedTarget) -> _Connection | None:
+        idle = self._idle.get((target.scheme, target.host, target.port))
+        now = time.monotonic()
+        while idle:
+            connection = idle.pop()
+            self._count -= 1
+            fresh = now - connection.idle_since < KEEPALIVE_SECONDS
+            if fresh and not connection.closed and connection.healthy:
+                return connection
+            connection.close()
+        return None
+
+    def give(self, target: ParsedTarget, connection: _Connection) -> None:
+        if self._count >= MAX_IDLE_CONNECTIONS:
+            self._evict()
+        connection.reset()
+        connection.idle_since = time.monotonic()
+        self._idle.setdefault((target.scheme, target.host, target.port), []).append(connection)
+        self._count += 1
+
+    def _evict(self) -> None:
+        """Close what has expired; if nothing has, the oldest origin's connections."""
+        now = time.monotonic()
+        for key, idle in list(self._idle.items()):
+            keep = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE_SECONDS]
+            for connection in idle:
+                if connection not in keep:
+                    connection.close()
+            self._idle[key] = keep
+        if sum(len(idle) for idle in self._idle.values()) >= MAX_IDLE_CONNECTIONS:
+            oldest = min(
+                self._idle, key=lambda k: min((c.idle_since for c in self._idle[k]), default=now)
+            )
+            for connection in self._idle.pop(oldest):
+                connection.close()
+        self._idle = {key: idle for key, idle in self._idle.items() if idle}
+        self._count = sum(len(idle) for idle in self._idle.values())
+
+    def close_all(self) -> None:
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()
+        self._count = 0
 
 
 # --- results --------------------------------------------------------------------------------
@@ -270,110 +605,9 @@ def _failure(error_class: str, detail: str, started: float) -> TransportResult:
     )
 
 
-def _chain(exc: BaseException) -> Iterable[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _classify_connect(exc: httpcore.ConnectError) -> str:
-    for link in _chain(exc):
-        if isinstance(link, _ResolutionFailed):
-            return "dns"
-        if isinstance(link, ssl.SSLError | ssl.CertificateError):
-            return "tls"
-    return "connect"
-
-
-def post(
-    url: str, body: bytes | str, headers: Mapping[str, str], *, timeout: float
-) -> TransportResult:
-    """POST `body` (str is sent as UTF-8) to `url`; never follows redirects, never raises for
-    network or HTTP problems. `timeout` bounds the whole attempt."""
-    started = time.perf_counter()
-    content = body.encode("utf-8") if isinstance(body, str) else body
-    token = _DEADLINE.set(time.monotonic() + timeout)
-    try:
-        target = check_url(url)
-        request_headers = _FIXED_HEADERS + [
-            (name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()
-        ]
-        limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-        with _get_pool().stream(
-            "POST",
-            target.url,
-            headers=request_headers,
-            content=content,
-            extensions={"timeout": limits},
-        ) as response:
-            answer = {
-                key.decode("latin-1").lower(): value.decode("latin-1")
-                for key, value in response.headers
-            }
-            excerpt, detail = _read_excerpt(response)
-            return TransportResult(
-                status=response.status,
-                headers=answer,
-                body_excerpt=_decode(excerpt, _charset(answer.get("content-type"))),
-                duration_ms=_elapsed_ms(started),
-                error_class=None,
-                retry_after=parse_retry_after(answer.get("retry-after")),
-                error_detail=detail,
-            )
-    except UnsafeDestination as exc:
-        return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
-    except httpcore.TimeoutException as exc:
-        return _failure("timeout", f"{type(exc).__name__}: {exc}", started)
-    except httpcore.ConnectError as exc:
-        return _failure(_classify_connect(exc), str(exc), started)
-    except httpcore.ProtocolError as exc:
-        return _failure("protocol", f"{type(exc).__name__}: {exc}", started)
-    except httpcore.NetworkError as exc:
-        return _failure("network", f"{type(exc).__name__}: {exc}", started)
-    except (httpcore.UnsupportedProtocol, UnicodeError, ValueError) as exc:
-        return _failure("request", f"{type(exc).__name__}: {exc}", started)
-    except OSError as exc:
-        return _failure("network", f"{type(exc).__name__}: {exc}", started)
-    finally:
-        _DEADLINE.reset(token)
-
-
 _CHARSET = re.compile(r"charset\s*=\s*\"?([A-Za-z0-9._-]{1,40})", re.IGNORECASE)
 
 
 def _charset(content_type: str | None) -> str | None:
     match = _CHARSET.search(content_type or "")
     return match.group(1) if match else None
-
-
-def _read_excerpt(response: httpcore.Response) -> tuple[bytes, str | None]:
-    """The first EXCERPT_BYTES of the body. The status line is the receiver's answer, so a
-    body that breaks or stalls afterwards is noted, not turned into a failure."""
-    excerpt = b""
-    try:
-        for chunk in response.iter_stream():
-            excerpt += chunk
-            if len(excerpt) >= EXCERPT_BYTES:
-                break
-    except (
-        httpcore.TimeoutException,
-        httpcore.NetworkError,
-        httpcore.ProtocolError,
-        OSError,
-    ) as exc:
-        return excerpt[:EXCERPT_BYTES], f"response body: {type(exc).__name__}"
-    return excerpt[:EXCERPT_BYTES], None
-
-
-def post_guarded(request: PostRequest, timeout: float) -> TransportResult:
-    """`post`, with a bug in this module turned into an `internal` result (logged): the
-    delivery pump sends many at once and must get a result for each."""
-    started = time.perf_counter()
-    try:
-        return post(request.url, request.body, request.headers, timeout=timeout)
-    except Exception as exc:
-        logger.exception("webhook post failed unexpectedly")
-        return _failure("internal", f"{type(exc).__name__}: {exc}", started)

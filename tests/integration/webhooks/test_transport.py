@@ -6,6 +6,7 @@ reached it at all. DNS is the edge we do not own: the rebinding tests fake `geta
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import json
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from webhooks import transport
+from webhooks import ssrf, transport
 from webhooks.transport import PostRequest, TransportResult, post, post_guarded
 
 PUBLIC_V4 = "93.184.215.14"
@@ -38,9 +39,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, receiver: Receiver) -> None:
+    def __init__(self, receiver: Receiver, handler: type[_Handler]) -> None:
         self.receiver = receiver
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", 0), handler)
 
     def verify_request(self, request, client_address) -> bool:
         with self.receiver.lock:
@@ -105,14 +106,43 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(bytes([byte]))
             time.sleep(0.1)
 
+    def raw(self, payload: bytes) -> None:
+        self.wfile.write(payload)
+        self.close_connection = True
+
+    def route_chunked(self) -> None:
+        self.raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        )
+
+    def route_until_close(self) -> None:  # no length, no chunks: the body ends with the connection
+        self.raw(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
+
+    def route_interim(self) -> None:
+        self.raw(
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+        )
+
+    def route_garbage(self) -> None:
+        self.raw(b"SPEAKING NONSENSE\r\n\r\n")
+
+    def route_huge_head(self) -> None:
+        self.raw(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * 100_000 + b"\r\n\r\n")
+
+
+class _KeepAliveHandler(_Handler):
+    protocol_version = "HTTP/1.1"
+
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, handler: type[_Handler] = _Handler) -> None:
         self.lock = threading.Lock()
         self.requests: list[Recorded] = []
         self.connections = 0
         self.release = threading.Event()
-        self.server = _Server(self)
+        self.server = _Server(self, handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
@@ -128,6 +158,14 @@ class Receiver:
 @pytest.fixture
 def receiver():
     r = Receiver()
+    r.thread.start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def keep_alive_receiver():
+    r = Receiver(_KeepAliveHandler)
     r.thread.start()
     yield r
     r.stop()
@@ -261,6 +299,82 @@ def test_post_body_excerpt_is_2kb(receiver, allow_loopback):
     assert result.body_excerpt == "x" * transport.EXCERPT_BYTES
 
 
+def test_post_reads_a_chunked_answer(receiver, allow_loopback):
+    result = post(receiver.url("/chunked"), b"{}", {}, timeout=5)
+    assert (result.status, result.body_excerpt) == (200, "hello world")
+
+
+def test_post_reads_a_body_that_ends_with_the_connection(receiver, allow_loopback):
+    result = post(receiver.url("/until-close"), b"{}", {}, timeout=5)
+    assert (result.status, result.body_excerpt, result.error_detail) == (200, "until close", None)
+
+
+def test_post_skips_an_interim_response(receiver, allow_loopback):
+    result = post(receiver.url("/interim"), b"{}", {}, timeout=5)
+    assert (result.status, result.body_excerpt) == (201, "ok")
+
+
+# --- connections ---------------------------------------------------------------------------
+
+
+def test_post_reuses_a_kept_alive_connection(keep_alive_receiver, allow_loopback):
+    results = [post(keep_alive_receiver.url("/ok"), b"{}", {}, timeout=5) for _ in range(3)]
+    assert [r.status for r in results] == [200, 200, 200]
+    assert len(keep_alive_receiver.requests) == 3
+    assert keep_alive_receiver.connections == 1
+
+
+def test_a_connection_the_receiver_closes_is_not_reused(receiver, allow_loopback):
+    results = [post(receiver.url("/ok"), b"{}", {}, timeout=5) for _ in range(3)]
+    assert [r.status for r in results] == [200, 200, 200]
+    assert receiver.connections == 3
+
+
+def test_a_kept_alive_connection_closed_by_the_receiver_is_replaced(allow_loopback):
+    # The keep-alive race: the receiver drops an idle connection just as the next request is
+    # written on it. Nothing of an answer came back, so the transport sends on a new one.
+    answers = []
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    def serve(listener: socket.socket) -> None:  # each request fits one read here
+        first, _ = listener.accept()
+        first.recv(65536)
+        answers.append("first connection")
+        first.sendall(ok)
+        first.recv(65536)  # the second request: dropped unanswered
+        first.close()
+        second, _ = listener.accept()
+        second.recv(65536)
+        answers.append("second connection")
+        second.sendall(ok)
+        second.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        server = threading.Thread(target=serve, args=(listener,), daemon=True)
+        server.start()
+        first = post(f"http://127.0.0.1:{port}/a", b"{}", {}, timeout=5)
+        second = post(f"http://127.0.0.1:{port}/b", b"{}", {}, timeout=5)
+        server.join(timeout=5)
+
+    assert (first.status, second.status) == (200, 200)
+    assert answers == ["first connection", "second connection"]
+
+
+def test_a_hung_receiver_does_not_hold_other_sends(receiver, allow_loopback):
+    hung, ok = transport.submit(
+        [
+            PostRequest(receiver.url("/hang"), b"{}", {}),
+            PostRequest(receiver.url("/ok"), b"{}", {}),
+        ],
+        timeout=10,
+    )
+    assert ok.result(timeout=5).status == 200
+    assert not hung.done()
+    receiver.release.set()
+    assert hung.result(timeout=5).status == 200
+
+
 # --- failures as values ----------------------------------------------------------------------
 
 
@@ -335,10 +449,27 @@ def test_post_dns_rebinding_is_refused_at_connect(receiver, no_allowlist, fake_d
     assert_nothing_received(receiver)
 
 
-def test_backend_refuses_a_forbidden_address_by_itself(receiver, no_allowlist):
-    # Whatever asks it, the backend checks: a second line of defence behind check_url.
+def test_plain_http_rebound_to_a_public_address_is_refused_at_connect(
+    receiver, allow_loopback, fake_dns
+):
+    # http is allowed to the allowlisted loopback the check sees, never to the internet.
+    fake_dns.answers["rebind.test"] = [["127.0.0.1"], [PUBLIC_V4]]
+
+    result = post(receiver.url("/ok", host="rebind.test"), b"{}", {}, timeout=5)
+
+    assert result.error_class == "ssrf"
+    assert "plain http" in result.error_detail
+    assert fake_dns.lookups == ["rebind.test", "rebind.test"]
+    assert_nothing_received(receiver)
+
+
+def test_connect_refuses_a_forbidden_address_by_itself(receiver, no_allowlist):
+    # Whatever asks it, a new connection checks: a second line of defence behind the URL check.
+    target = ssrf.ParsedTarget("http", "127.0.0.1", receiver.port, "/ok", literal=True)
+    sender = transport._sender()
+    connecting = asyncio.run_coroutine_threadsafe(transport._connect(sender, target), sender.loop)
     with pytest.raises(transport.UnsafeDestination):
-        transport.SSRFSafeBackend().connect_tcp("127.0.0.1", receiver.port, timeout=2)
+        connecting.result(timeout=5)
     assert_nothing_received(receiver)
 
 
@@ -362,16 +493,40 @@ def test_post_header_value_that_is_not_ascii_is_a_request_error(receiver, allow_
     assert (result.status, result.error_class) == (None, "request")
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer x\r\nX-Injected: 1"},
+        {"X-Token": "a\nb"},
+        {"Bad Name": "x"},
+        {"Content-Length": "0"},
+        {"Host": "elsewhere.test"},
+    ],
+)
+def test_post_header_injection_or_framing_is_a_request_error(receiver, allow_loopback, headers):
+    result = post(receiver.url("/ok"), b"{}", headers, timeout=5)
+    assert (result.status, result.error_class) == (None, "request")
+    assert_nothing_received(receiver)
+
+
+@pytest.mark.parametrize("route", ["/garbage", "/huge-head"])
+def test_post_broken_http_is_a_protocol_error(receiver, allow_loopback, route):
+    result = post(receiver.url(route), b"{}", {}, timeout=5)
+    assert (result.status, result.error_class) == (None, "protocol")
+
+
 def test_post_guarded_sends_like_post(receiver, allow_loopback):
     result = post_guarded(PostRequest(receiver.url("/ok"), b"{}", {}), 5)
     assert (result.status, result.error_class) == (200, None)
 
 
 def test_post_guarded_turns_a_bug_into_an_internal_result(monkeypatch):
-    def broken(url, body, headers, *, timeout):
+    def broken(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(transport, "post", broken)
+    monkeypatch.setattr(transport, "_request_head", broken)
     result = post_guarded(PostRequest("https://example.com/", b"{}", {}), 1.0)
     assert (result.status, result.error_class) == (None, "internal")
     assert "RuntimeError: boom" in result.error_detail
+    with pytest.raises(RuntimeError, match="boom"):  # post itself lets a bug surface
+        post("https://example.com/", b"{}", {}, timeout=1.0)

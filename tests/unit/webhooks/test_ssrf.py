@@ -285,7 +285,7 @@ def test_check_url_refuses_malformed_ip_literals(url):
 def test_check_url_normalizes_literals(settings):
     settings.A2A_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     target = check_url("http://0x7f.1:8080/hook?a=1&b=2#frag")
-    assert target == ParsedTarget("http", "127.0.0.1", 8080, "/hook?a=1&b=2")
+    assert target == ParsedTarget("http", "127.0.0.1", 8080, "/hook?a=1&b=2", literal=True)
     assert target.url == "http://127.0.0.1:8080/hook?a=1&b=2"
     assert check_url("http://2130706433").url == "http://127.0.0.1/"
 
@@ -293,7 +293,7 @@ def test_check_url_normalizes_literals(settings):
 def test_check_url_public_literals():
     assert check_url(f"https://{PUBLIC_V4}/x").host == PUBLIC_V4
     target = check_url(f"https://[{PUBLIC_V6}]:8443/")
-    assert target == ParsedTarget("https", PUBLIC_V6, 8443, "/")
+    assert target == ParsedTarget("https", PUBLIC_V6, 8443, "/", literal=True)
     assert target.url == f"https://[{PUBLIC_V6}]:8443/"
 
 
