@@ -1,8 +1,12 @@
-"""The outbox's four hot statements, for PostgreSQL and for the embedded database.
+"""The outbox's hot statements, for PostgreSQL and for the embedded database.
 
-webhooks/delivery.py decides (which heads go, what an attempt's result means); this module
-only reads and writes the rows, inside the caller's transaction:
+webhooks/services.py and webhooks/delivery.py decide (who is owed an event, which heads go,
+what an attempt's result means); this module only reads and writes the rows, inside the
+caller's transaction:
 
+- `outbox_write`: one delivery of a task event per current binding of the task's live push
+  configs, each config made due unless its head is already scheduled (config rows locked in
+  id order first, like every writer of heads: webhooks/heads.py);
 - `claim_read`: lock up to `limit` configs whose head is due (SKIP LOCKED, off the
   pushconfig_head_due index, longest-waiting first) and read each one's head with what
   sending it needs (binding version, endpoint state and in-flight count, agent, earlier
@@ -13,9 +17,11 @@ only reads and writes the rows, inside the caller's transaction:
 
 `PostgresStore` is what production runs: each step is one prepared statement (raw SQL; the
 ORM's query building and PostgreSQL's planning cost more CPU per batch than the sends did,
-measured by bench/delivery_bench.py). `PortableStore` does the same through the ORM for the
-embedded SQLite database of `make run`, where a writer holds the whole database anyway;
-tests/integration/webhooks/test_outbox.py runs every case through both.
+and three ORM statements per event were a third of a task event's CPU, measured by
+bench/delivery_bench.py and a profile of task_add_artifact). `PortableStore` does the same
+through the ORM for the embedded SQLite database of `make run`, where a writer holds the
+whole database anyway; tests/integration/webhooks/test_outbox.py runs every case through
+both.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from django.db import connection
 from django.db.models import Count, F
 
 from webhooks import heads
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushConfig
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
 
 if TYPE_CHECKING:
     from webhooks.delivery import Claim
@@ -88,6 +94,27 @@ def store() -> PostgresStore | PortableStore:
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
+
+_OUTBOX_WRITE = """
+WITH configs AS (
+    SELECT id FROM webhooks_pushconfig
+    WHERE task_id = %(task)s AND deleted_at IS NULL
+    ORDER BY id
+    FOR NO KEY UPDATE
+), written AS (
+    INSERT INTO webhooks_delivery
+        (event_id, config_id, binding_id, task_id, seq, kind, body, state, attempts,
+         next_attempt_at, last_error, created_at)
+    SELECT gen_random_uuid(), b.config_id, b.id, %(task)s, %(seq)s, %(kind)s, %(body)s,
+           'pending', 0, %(now)s, '', %(now)s
+    FROM webhooks_pushbinding b JOIN configs c ON c.id = b.config_id
+    WHERE b.retired_at IS NULL
+    RETURNING config_id
+)
+UPDATE webhooks_pushconfig p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
+WHERE p.id IN (SELECT config_id FROM written)
+RETURNING p.id
+"""
 
 _CLAIM_READ = """
 WITH due AS (
@@ -196,6 +223,12 @@ def _run(sql: str, params: dict) -> list[tuple]:
 
 
 class PostgresStore:
+    def outbox_write(
+        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
+    ) -> int:
+        params = {"task": task_pk, "seq": seq, "kind": kind, "body": body, "now": now}
+        return len(_run(_OUTBOX_WRITE, params))
+
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         only = None if config_pks is None else list(config_pks)
         rows = _run(_CLAIM_READ, {"now": now, "limit": limit, "only": only})
@@ -255,6 +288,31 @@ class PostgresStore:
 
 
 class PortableStore:
+    def outbox_write(
+        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
+    ) -> int:
+        bindings = list(
+            PushBinding.objects.filter(
+                config__task_id=task_pk, config__deleted_at__isnull=True, retired_at__isnull=True
+            ).values_list("pk", "config_id")
+        )
+        if not bindings:
+            return 0
+        Delivery.objects.bulk_create(
+            Delivery(
+                config_id=config_pk,
+                binding_id=binding_pk,
+                task_id=task_pk,
+                seq=seq,
+                kind=kind,
+                body=body,
+                next_attempt_at=now,
+            )
+            for binding_pk, config_pk in bindings
+        )
+        heads.owe([config_pk for _, config_pk in bindings], now)
+        return len(bindings)
+
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         due = PushConfig.objects.filter(head_due_at__lte=now)
         if config_pks is not None:

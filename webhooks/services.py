@@ -33,6 +33,7 @@ from webhooks.models import (
     PushBinding,
     PushConfig,
 )
+from webhooks.outbox_store import store
 from webhooks.ssrf import UnsafeDestination, check_url
 from webhooks.wake import wake_on_commit
 
@@ -206,31 +207,9 @@ def on_task_event(task: Task, event: TaskEvent) -> None:
     """
     if event.kind not in ("status", "artifact"):
         return
-    bindings = list(
-        PushBinding.objects.filter(
-            config__task_id=task.pk, config__deleted_at__isnull=True, retired_at__isnull=True
-        ).values_list("pk", "config_id")
-    )
-    if not bindings:
-        return
     body = body_bytes(event.payload)
-    now = timezone.now()
-    Delivery.objects.bulk_create(
-        [
-            Delivery(
-                config_id=config_pk,
-                binding_id=binding_pk,
-                task_id=task.pk,
-                seq=event.seq,
-                kind=event.kind,
-                body=body,
-                next_attempt_at=now,
-            )
-            for binding_pk, config_pk in bindings
-        ]
-    )
-    heads.owe([config_pk for _, config_pk in bindings], now)
-    wake_on_commit()
+    if store().outbox_write(task.pk, event.seq, event.kind, body, timezone.now()):
+        wake_on_commit()
 
 
 def open_deliveries_exist(config_pk: int) -> bool:

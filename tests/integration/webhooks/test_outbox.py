@@ -27,6 +27,7 @@ from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
 from webhooks import delivery as delivery_module
 from webhooks import outbox_store
+from webhooks import services as webhook_services
 from webhooks.delivery import (
     delivery_claim_batch,
     delivery_claim_head,
@@ -65,6 +66,7 @@ def agent(db):
 def outbox(request, monkeypatch):
     chosen = {"postgres": outbox_store.PostgresStore, "portable": outbox_store.PortableStore}
     monkeypatch.setattr(delivery_module, "store", chosen[request.param])
+    monkeypatch.setattr(webhook_services, "store", chosen[request.param])
     return request.param
 
 
@@ -147,6 +149,26 @@ def test_every_status_and_artifact_event_writes_one_delivery_per_current_binding
         assert {r.kind for r in rows} == {events[seq].kind}
     assert not Delivery.objects.filter(task=task, seq=4).exists()  # the message event
     assert not Delivery.objects.filter(binding_id=retired).exclude(kind="snapshot").exists()
+
+
+def test_an_event_makes_a_config_due_now_unless_its_head_is_scheduled(agent, clock):
+    task = new_task(agent)
+    idle, waiting = register(task, "idle"), register(task, "waiting")
+    Delivery.objects.filter(task=task).update(state=DeliveryState.DELIVERED)  # the snapshots
+    later = T0 + timedelta(seconds=300)  # e.g. a head waiting for its retry
+    PushConfig.objects.filter(pk=idle.pk).update(head_due_at=None)
+    PushConfig.objects.filter(pk=waiting.pk).update(head_due_at=later)
+    clock.move_to(T0 + timedelta(seconds=5))
+
+    services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+
+    idle.refresh_from_db()
+    waiting.refresh_from_db()
+    assert idle.head_due_at == T0 + timedelta(seconds=5)
+    assert waiting.head_due_at == later
+    new = Delivery.objects.get(config=idle, seq=2)
+    assert (new.state, new.attempts, new.next_attempt_at) == ("pending", 0, idle.head_due_at)
+    assert new.event_id != Delivery.objects.get(config=waiting, seq=2).event_id
 
 
 class Abort(Exception):
