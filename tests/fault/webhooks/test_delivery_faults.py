@@ -15,16 +15,15 @@ import shutil
 import signal
 import subprocess
 import time
-from urllib.parse import urlparse
 
 import pytest
 import redis
-from django.conf import settings
 
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import user_message
+from tests.live import free_port
 from tests.processes import wait_until
 from tests.webhook_checks import (
     accepted,
@@ -36,6 +35,7 @@ from tests.webhook_checks import (
     start_worker,
     wait_all,
 )
+from webhooks import wake
 from webhooks.models import DeliveryAttempt, DeliveryState, Endpoint
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -48,13 +48,6 @@ FAULT_ENV = {
     "A2A_DISPATCH_UNCLAIMED_SECONDS": "2",
     "A2A_DISPATCH_LEASE_SECONDS": "3",
 }
-REDIS_PORT = 6379
-# How the development machines run Redis (restarted exactly so after the outage test).
-REDIS_START = [
-    "redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
-    str(REDIS_PORT), "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
-    "--logfile", "/var/log/redis/ci.log",
-]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -197,44 +190,84 @@ def test_worker_killed_mid_post_the_delivery_is_sent_again_after_its_lease(
     assert attempts_of(head) == [(None, ""), (200, "")]
 
 
-def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis(host="127.0.0.1", port=REDIS_PORT, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+class RedisServer:
+    """A Redis server of the test's own on a free port, stopped and started at will."""
+
+    def __init__(self, workdir) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.popen: subprocess.Popen | None = None
+
+    def up(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self.up, timeout=15, message="Redis up")
+
+    def stop(self) -> None:
+        if self.popen is not None:
+            self.popen.terminate()
+            self.popen.wait(timeout=10)
+        wait_until(lambda: not self.up(), timeout=10, message="Redis down")
+
+    @contextlib.contextmanager
+    def outage(self):
+        """Down (every queued message lost with it), then up again, even if the test fails."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
 
 
-@contextlib.contextmanager
-def redis_outage():
-    """Stop the Redis server (every DB is wiped: only this test does it); always start it
-    again, even when the test fails."""
-    subprocess.run(
-        ["redis-cli", "-p", str(REDIS_PORT), "shutdown", "nosave"],
-        check=False,
-        capture_output=True,
-        timeout=10,
-    )
+def _point_broker_at(url: str) -> None:
+    """This process publishes jobs and wake-ups to `url` from now on (Celery's producer pools
+    are dropped, as after a fork; the wake client is rebuilt from settings)."""
+    from a2a_platform.celery import app
+
+    app.conf.broker_write_url = url
+    app._pool = None
+    app.amqp._producer_pool = None
+    wake._client = None
+    publishes_to = app.amqp.producer_pool.connections.connection.as_uri()
+    assert publishes_to.endswith(url.split("://", 1)[1]), publishes_to
+
+
+@pytest.fixture
+def private_broker(settings, tmp_path):
+    """The test process, its worker and its beat on a Redis server of their own, so an outage
+    takes down nothing else on the machine (other test runs, benchmarks)."""
+    if not shutil.which("redis-server"):
+        pytest.fail("redis-server is not installed (the README's setup installs it)")
+    server = RedisServer(tmp_path)
+    server.start()
+    previous = settings.CELERY_BROKER_URL
+    settings.CELERY_BROKER_URL = server.url  # what the worker and beat are started with
+    _point_broker_at(server.url)
     try:
-        wait_until(lambda: not _redis_up(), timeout=10, message="Redis down")
-        yield
+        yield server
     finally:
-        if not _redis_up():
-            subprocess.run(REDIS_START, check=True, capture_output=True, timeout=30)
-        wait_until(_redis_up, timeout=15, message="Redis back up")
+        _point_broker_at(previous)
+        server.stop()
 
 
-def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, receivers):
+def test_redis_restarted_mid_run_everything_is_delivered(
+    private_broker, scripted_agent, procs, receivers
+):
     """Redis goes away while a head delivery is being retried (its retry messages and every
     queued job are lost with it) and while a new task with a webhook is accepted (its
     executor and delivery jobs cannot be published). Once Redis is back, worker and beat
     reconnect, the sweepers re-enqueue from the database, and everything is delivered."""
-    broker = urlparse(settings.CELERY_BROKER_URL)
-    if (broker.scheme, broker.hostname, broker.port or REDIS_PORT) != (
-        "redis",
-        "127.0.0.1",
-        REDIS_PORT,
-    ) or not shutil.which("redis-server"):
-        pytest.skip("restarts the local Redis server at 127.0.0.1:6379 only")
     receiver = receivers.start(status=500)
     celery_beat = beat(procs)
     celery_worker = worker(procs)
@@ -247,7 +280,7 @@ def test_redis_restarted_mid_run_everything_is_delivered(scripted_agent, procs, 
         message="the first task done, its head being retried",
     )
 
-    with redis_outage():
+    with private_broker.outage():
         receiver.behave(status=200)
         during, (second_config,) = open_task(scripted_agent, "chunks 3", {"url": receiver.url})
         time.sleep(2)
