@@ -15,7 +15,7 @@ import logging
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -141,7 +141,14 @@ def relaxed_commits():
             connection.close()  # never hand a relaxed session back to the pool
 
 
-def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> list[Claim]:
+class Claims(list[Claim]):
+    """A claim's heads; `exhausted` when it read fewer due configs than it could take, so
+    nothing else was due (or free to claim) as it looked."""
+
+    exhausted: bool = True
+
+
+def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None) -> Claims:
     """Claim up to `limit` due heads, at most one per config, in one short transaction.
 
     Configs whose head is due are locked with SKIP LOCKED as they are read off their index
@@ -157,7 +164,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     with transaction.atomic():
         rows = outbox.claim_read(now, limit, config_pks)
         if not rows:
-            return []
+            return Claims()
         due: dict[int, datetime | None] = {}
         ready = []
         for head in rows:
@@ -203,7 +210,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
                 for head, headers in claims
             ],
         )
-    return [
+    claimed = Claims(
         Claim(
             delivery_pk=head.pk,
             config_pk=head.config_pk,
@@ -214,7 +221,9 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
             headers=headers,
         )
         for head, headers in claims
-    ]
+    )
+    claimed.exhausted = len(rows) < limit
+    return claimed
 
 
 def _within_endpoint_caps(heads: list[Head]) -> list[Head]:
@@ -302,6 +311,8 @@ def _track_endpoint_health(
 class Outcome:
     state: str  # delivered | retry | dead | stale
     retry_in: float | None = None
+    # After this record, the config's next head is due now (a successor to claim at once).
+    next_due: bool = False
 
 
 def delivery_record(*, claim: Claim, result: TransportResult) -> Outcome:
@@ -357,7 +368,13 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
         if failures:
             decided = iter(_record_failures(failures, endpoints, now))
             outcomes = [o if o is not None else next(decided) for o in outcomes]
-        outbox.record_write(now, results, delivered, config_pks)
+        due_now = outbox.record_write(now, results, delivered, config_pks)
+        outcomes = [
+            replace(outcome, next_due=True)
+            if claim.config_pk in due_now and outcome.state in ("delivered", "dead")
+            else outcome
+            for (claim, _), outcome in zip(results, outcomes, strict=True)
+        ]
         # Written when it changes something (a failure streak ends) or is a second old: every
         # success rewriting the shared endpoint row would serialize the batches.
         stale = now - timedelta(seconds=1)

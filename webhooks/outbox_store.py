@@ -13,7 +13,8 @@ caller's transaction:
   attempts);
 - `claim_write`: every config's new head time, the chosen heads leased, their attempt rows;
 - `record_read`: lock the recorded deliveries and read their state and endpoint;
-- `record_write`: every attempt's outcome, the delivered heads, each config's head time.
+- `record_write`: every attempt's outcome, the delivered heads, each config's head time;
+  returns the configs whose new head is due now.
 
 `PostgresStore` is what production runs: each step is one prepared statement (raw SQL; the
 ORM's query building and PostgreSQL's planning cost more CPU per batch than the sends did,
@@ -207,6 +208,7 @@ UPDATE webhooks_pushconfig p SET head_due_at = (
     ORDER BY o.id LIMIT 1
 )
 WHERE p.id = ANY(%(configs)s::bigint[])
+RETURNING p.id, p.head_due_at <= %(now)s
 """
 
 
@@ -267,8 +269,8 @@ class PostgresStore:
         results: Sequence[tuple[Claim, TransportResult]],
         delivered: list[tuple[int, int]],
         config_pks: list[int],
-    ) -> None:
-        _run(
+    ) -> set[int]:
+        rows = _run(
             _RECORD_WRITE,
             {
                 "attempts": [claim.attempt_pk for claim, _ in results],
@@ -282,6 +284,7 @@ class PostgresStore:
                 "configs": config_pks,
             },
         )
+        return {pk for pk, due in rows if due}
 
 
 # --- any database (the ORM) ----------------------------------------------------------------
@@ -412,7 +415,7 @@ class PortableStore:
         results: Sequence[tuple[Claim, TransportResult]],
         delivered: list[tuple[int, int]],
         config_pks: list[int],
-    ) -> None:
+    ) -> set[int]:
         for claim, result in results:
             DeliveryAttempt.objects.filter(pk=claim.attempt_pk).update(
                 duration_ms=result.duration_ms,
@@ -428,6 +431,11 @@ class PortableStore:
                 state=DeliveryState.DELIVERED, finished_at=now, last_status=status, last_error=""
             )
         heads.refresh(config_pks)
+        return set(
+            PushConfig.objects.filter(pk__in=config_pks, head_due_at__lte=now).values_list(
+                "pk", flat=True
+            )
+        )
 
 
 _POSTGRES = PostgresStore()

@@ -47,6 +47,7 @@ SOON_SECONDS = 1.0
 
 @dataclass
 class PumpRun:
+    claims: int = 0  # claim transactions
     claimed: int = 0
     recorded: int = 0
     delivered: int = 0
@@ -87,11 +88,26 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
     # due configs are not all locked and stepped back on every turn.
     pace = window
 
+    # Whether the next turn claims. With nudges, a pump claims after a nudge, when a record
+    # left a successor due or its last claim may have left due heads behind (it read as many
+    # as it could take), and at least every POLL_SECONDS; not after every record, which at a
+    # low rate found nothing each time (a transaction per event, measured). Without nudges it
+    # claims every turn.
+    claim_now = True
+    more_due = False
+    last_claim = 0.0
+
     def claim_more() -> int:
+        nonlocal more_due, last_claim
+        nudged.clear()  # a nudge from here on may be for writes this claim misses
         room = min(window - len(in_flight), pace if in_flight else window)
         if room <= 0:
+            more_due = True  # asked to claim with a full window: claim after the next record
             return 0
+        last_claim = time.monotonic()
+        run.claims += 1
         claims = delivery_claim_batch(limit=room)
+        more_due = not claims.exhausted
         requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in claims]
         sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
         for claim, future in zip(claims, sends, strict=True):
@@ -117,15 +133,18 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
                 if held_at is None or now - held_at >= refresh_after:
                     wake.hold()
                     held_at = now
-                nudged.clear()  # a nudge from here on may be for writes this claim misses
-                claim_more()
+                if claim_now or not linger or nudged.is_set() or now - last_claim >= POLL_SECONDS:
+                    claim_more()
+                claim_now = False
                 if not in_flight:
                     # Nothing to do: stay a moment with the flag held, so the next writes
                     # nudge this pump instead of publishing a job each.
                     idle_since = idle_since or now
                     left = min(idle_since + linger, deadline) - now
                     if left > 0:
-                        nudged.wait(min(POLL_SECONDS, left))
+                        poll_in = POLL_SECONDS - (now - last_claim)
+                        nudged.wait(max(0.0, min(poll_in, left)))
+                        claim_now = poll_in <= left  # the poll is due (a nudge says so itself)
                         continue
                     wake.release()
                     held_at = None
@@ -142,13 +161,15 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
                 if not any(future.done() for future in in_flight):
                     if not nudged.is_set():
                         pace = PROBE  # the poll found nothing finished: probe
-                    continue  # claim
+                    claim_now = True
+                    continue
             # Sends to a healthy receiver finish within moments of each other: take them in
             # one record (and so one claim) instead of a transaction each.
             done, _ = wait(in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
             outcomes = delivery_record_many([(in_flight.pop(f), f.result()) for f in done])
             run.recorded += len(outcomes)
             pace = len(outcomes) + PROBE
+            claim_now = more_due or any(o.next_due for o in outcomes)
             finished = [o for o in outcomes if o.state in ("delivered", "dead")]
             run.delivered += sum(1 for o in finished if o.state == "delivered")
             if finished and not claiming:

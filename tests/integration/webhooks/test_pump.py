@@ -13,7 +13,7 @@ import time
 import pytest
 import redis
 from django.conf import settings as django_settings
-from django.db import connection
+from django.db import connection, transaction
 
 from tasks import services
 from tasks.states import TaskState
@@ -182,6 +182,55 @@ def test_a_lingering_pump_is_nudged_to_new_writes_without_a_job(
     assert not thread.is_alive()
     assert [r.seq for r in records] == [1, 2]
     assert (runs[0].claimed, runs[0].delivered) == (2, 2)
+
+
+def test_at_a_low_rate_a_pump_claims_once_per_event(receivers, broker, settings, monkeypatch):
+    """Events one at a time, each recorded before the next is written: the pump claims once
+    for each (on its nudge), not again after each record, where nothing is left to find."""
+    settings.A2A_WEBHOOK_PUMP_SECONDS = 4
+    settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
+    monkeypatch.setattr(pump, "POLL_SECONDS", 3600)  # no claim comes from polling
+    receiver = receivers.start()
+    agent = AgentFactory(executor="external")
+    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    push_config_create(task=task, config={"id": "a", "url": receiver.url})
+    broker.delete("webhooks", wake.FLAG_KEY)  # this test runs the pump itself
+    runs = []
+
+    def pumping() -> None:
+        try:
+            runs.append(run_pump())
+        finally:
+            connection.close()
+
+    def all_delivered() -> bool:
+        return not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+
+    thread = threading.Thread(target=pumping)
+    thread.start()
+    try:
+        wait_until(all_delivered, message="the snapshot")
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+        wait_until(all_delivered, message="the working update")
+        for i in range(3):
+            services.task_add_artifact(
+                task_id=task.pk, artifact={"artifactId": f"a{i}", "parts": [{"text": "x"}]}
+            )
+            wait_until(all_delivered, message=f"artifact {i}")
+        with transaction.atomic():  # three at once: one nudge; each record leaves the next due
+            for i in range(3, 6):
+                services.task_add_artifact(
+                    task_id=task.pk, artifact={"artifactId": f"a{i}", "parts": [{"text": "x"}]}
+                )
+        wait_until(all_delivered, timeout=3, message="the three, without a poll")
+    finally:
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert (runs[0].claimed, runs[0].delivered) == (8, 8)
+    # One claim per delivery and the last one, which found nothing before the pump stopped;
+    # at most one more, if the transaction's later nudges came while its first was sending.
+    # (Claiming after every record as well made it 16.)
+    assert 8 + 1 <= runs[0].claims <= 8 + 2
 
 
 def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
