@@ -2,15 +2,16 @@
 
 One pump runs inside one `webhooks.deliver` job. It keeps up to `A2A_WEBHOOK_PUMP_WINDOW`
 sends in flight on the process's sender loop (webhooks/transport.py); whenever some finish
-it records them in one transaction and claims again, so a delivered head's successor goes
-next without a broker round trip, and a hung receiver holds one window slot, never the batch.
+it records them in one transaction and, when that left a successor due or its last claim
+could not take everything due, claims again, so a delivered head's successor goes next
+without a broker round trip, and a hung receiver holds one window slot, never the batch.
 Claims, records and order are webhooks/delivery.py's; waking pumps is webhooks/wake.py's.
 
 A pump claims for `A2A_WEBHOOK_PUMP_SECONDS`, then hands over (wakes a fresh pump and only
-drains what it has in flight), so a job never runs long and a worker shutdown is quick. It
-claims again as soon as a send finishes or a nudge announces new writes (webhooks/wake.py),
-polling only as a fallback; out of work, it lingers `A2A_WEBHOOK_PUMP_LINGER_SECONDS` for
-nudges before it exits.
+drains what it has in flight), so a job never runs long and a worker shutdown is quick. A
+nudge announcing new writes (webhooks/wake.py) makes it claim at once; it polls only as a
+fallback; out of work, it lingers `A2A_WEBHOOK_PUMP_LINGER_SECONDS` for nudges before it
+exits. Without nudges (no Redis) it claims on every turn.
 """
 
 from __future__ import annotations

@@ -115,9 +115,25 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
     return False
 
 
+class _WakeOnCommit:
+    def __init__(self, countdown: float | None) -> None:
+        self.countdown = countdown
+
+    def __call__(self) -> None:
+        wake(countdown=self.countdown)
+
+
 def wake_on_commit(*, countdown: float | None = None) -> None:
-    """`wake()` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: wake(countdown=countdown), robust=True)
+    """`wake()` once the current transaction commits (at once outside one): once per
+    transaction and countdown, however many events it wrote (each wake is a Redis round trip
+    and a nudge every claiming pump acts on). A wake registered in a savepoint that rolls
+    back goes with it, so a later one registers again."""
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        for _, pending, _ in connection.run_on_commit:  # Django's (savepoints, func, robust)
+            if isinstance(pending, _WakeOnCommit) and pending.countdown == countdown:
+                return
+    transaction.on_commit(_WakeOnCommit(countdown), robust=True)
 
 
 # --- nudges --------------------------------------------------------------------------------

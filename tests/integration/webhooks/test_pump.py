@@ -7,6 +7,7 @@ Worker processes running pumps are tested in test_delivery_e2e.py and tests/faul
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 
@@ -89,6 +90,33 @@ def test_without_redis_every_wake_publishes(broker, settings):
     wake.release()
     assert queued(broker) == 3
     assert not broker.exists(wake.FLAG_KEY)
+
+
+def test_a_transaction_wakes_once_however_many_events_it_writes(broker, settings):
+    settings.CELERY_BROKER_URL = "filesystem://"  # every wake publishes a job: count them
+    agent = AgentFactory(executor="external")
+    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    push_config_create(task=task, config={"id": "a", "url": "http://127.0.0.1:9/h"})
+    broker.delete("webhooks")
+
+    def artifact(name: str) -> None:
+        services.task_add_artifact(
+            task_id=task.pk, artifact={"artifactId": name, "parts": [{"text": "x"}]}
+        )
+
+    with transaction.atomic():
+        for i in range(3):
+            artifact(f"a{i}")
+    assert queued(broker) == 1
+    assert Delivery.objects.filter(task=task, kind="artifact").count() == 3
+
+    # A savepoint that rolls back takes its wake along; an event after it wakes again.
+    with transaction.atomic():
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            artifact("gone")
+            raise RuntimeError("roll the savepoint back")
+        artifact("kept")
+    assert queued(broker) == 2
 
 
 def test_timed_wakes_coalesce_per_quarter_second(broker):
