@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import redis
+from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -74,9 +76,11 @@ def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
     assert due_configs(limit=1) == [waiting.pk]
 
 
-def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(
-    scripted_agent, django_capture_on_commit_callbacks
-):
+@pytest.mark.django_db(transaction=True)
+def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(scripted_agent, settings):
+    jobs = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)  # where the app publishes
+    # Every wake publishes a job now (no flag to share), so the jobs count the wakes.
+    settings.CELERY_BROKER_URL = "filesystem://"
     _, (first,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
     _, (second,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/b"})
     backlog(first, 4, timezone.now())
@@ -87,9 +91,9 @@ def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(
     assert due_configs() == []  # nothing for the sweeper to wake a pump for
     assert [d.attempts for d in Delivery.objects.filter(config__in=[first, second])] == [0] * 6
 
-    with django_capture_on_commit_callbacks() as callbacks:
-        endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
-    assert len(callbacks) == 1  # one wake-up, not one per config or per open delivery
+    before = jobs.llen("webhooks")
+    endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
+    assert jobs.llen("webhooks") - before == 1  # one wake-up, not one per config or delivery
     assert sorted(due_configs()) == sorted([first.pk, second.pk])
 
 
