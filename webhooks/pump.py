@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from concurrent.futures import ALL_COMPLETED, Future, wait
 from dataclasses import dataclass
 
@@ -59,12 +60,14 @@ class _Signals:
     arrives (webhooks/wake.py), `nudged` only by a nudge."""
 
     def __init__(self) -> None:
+        self.token = uuid.uuid4().hex  # this pump's value of the wake flag
         self.activity = threading.Event()
         self.nudged = threading.Event()
 
-    def nudge(self) -> None:
-        self.nudged.set()
-        self.activity.set()
+    def nudge(self, holder: bytes) -> None:
+        if holder.decode(errors="replace") == self.token:
+            self.nudged.set()
+            self.activity.set()
 
 
 def run_pump() -> PumpRun:
@@ -79,7 +82,7 @@ def run_pump() -> PumpRun:
 
 def _pump(signals: _Signals, *, linger: float) -> PumpRun:
     run = PumpRun()
-    activity, nudged = signals.activity, signals.nudged
+    activity, nudged, token = signals.activity, signals.nudged, signals.token
     window = settings.A2A_WEBHOOK_PUMP_WINDOW
     deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
     in_flight: dict[Future[TransportResult], Claim] = {}
@@ -128,11 +131,11 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
             now = time.monotonic()
             if claiming and now >= deadline and in_flight:
                 claiming = False
-                wake.release()
+                wake.release(token)
                 wake.wake()  # a fresh pump claims from here; this one drains
             if claiming:
                 if held_at is None or now - held_at >= refresh_after:
-                    wake.hold()
+                    wake.hold(token)
                     held_at = now
                 if claim_now or not linger or nudged.is_set() or now - last_claim >= POLL_SECONDS:
                     claim_more()
@@ -147,7 +150,7 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
                         nudged.wait(max(0.0, min(poll_in, left)))
                         claim_now = poll_in <= left  # the poll is due (a nudge says so itself)
                         continue
-                    wake.release()
+                    wake.release(token)
                     held_at = None
                     if not claim_more():  # what was committed while the flag was held
                         break
@@ -177,7 +180,7 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
                 wake.wake()  # their configs' next deliveries are due; this pump claims no more
     finally:
         if claiming:
-            wake.release()
+            wake.release(token)
     if claiming:
         _wake_for_what_is_due_soon()
     return run

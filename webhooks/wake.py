@@ -15,10 +15,13 @@ A flag whose pump died expires after `A2A_WEBHOOK_WAKE_TTL_SECONDS`; the sweeper
 whenever something is due, so a lost wake delays work, never loses it. Without a Redis broker
 (the embedded file-system broker of `make run`) there is no flag and every wake publishes.
 
-A claiming pump does not wait for its next poll to see new work: every wake also publishes a
-nudge on a Redis channel (in the same round trip as the flag), and each worker process keeps
-one subscriber (`listen`) that passes nudges to its pumps at once. The nudge only shortens
-the wait; a pump that misses one (subscriber reconnecting) finds the work at its next poll.
+A claiming pump does not wait for its next poll to see new work: a wake that finds the flag
+held publishes a nudge naming the holder on a Redis channel (one round trip with the flag
+check: a script), and each worker process keeps one subscriber (`listen`) that passes
+nudges to its pumps at once; only the named pump claims for it, so N workers do not make N
+claims per event. The flag holds the pump's token, and a pump releases only its own flag.
+The nudge only shortens the wait; a pump that misses one (subscriber reconnecting, or
+another pump took the flag over) finds the work at its next poll.
 """
 
 from __future__ import annotations
@@ -65,25 +68,47 @@ def _ttl_ms() -> int:
     return int(settings.A2A_WEBHOOK_WAKE_TTL_SECONDS * 1000)
 
 
-def hold() -> None:
-    """A pump is about to claim: writes committed from now on need no message."""
+# One round trip for a wake: set the flag if nobody holds it (then the caller publishes a
+# job), else nudge its holder.
+_WAKE_SCRIPT = """
+local holder = redis.call('GET', KEYS[1])
+if holder then
+    redis.call('PUBLISH', KEYS[2], holder)
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+# Only the holder clears the flag (another pump may have taken it over since).
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+JOB_TOKEN = "job"  # the flag's value while a published job has not started claiming yet
+
+
+def hold(token: str = JOB_TOKEN) -> None:
+    """A pump (`token`) is about to claim: writes committed from now on need no message, and
+    nudge this pump."""
     client = _redis()
     if client is None:
         return
     try:
-        client.set(FLAG_KEY, b"1", px=_ttl_ms())
+        client.set(FLAG_KEY, token.encode(), px=_ttl_ms())
     except Exception:
         logger.warning("wake flag not set", exc_info=True)
 
 
-def release() -> None:
+def release(token: str = JOB_TOKEN) -> None:
     """The pump stops claiming (it blocks, drains or exits): writes need a message again.
     The caller claims once more after this, for what was committed while it held the flag."""
     client = _redis()
     if client is None:
         return
     try:
-        client.delete(FLAG_KEY)
+        client.eval(_RELEASE_SCRIPT, 1, FLAG_KEY, token.encode())
     except Exception:
         logger.warning("wake flag not cleared", exc_info=True)
 
@@ -99,11 +124,11 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
             bucket = math.ceil((time.time() + countdown) * 4)
             key, ttl_ms = f"{FLAG_KEY}:at:{bucket}", int(countdown * 1000) + 1000
         try:
-            pipe = client.pipeline(transaction=False)
-            pipe.set(key, b"1", px=ttl_ms, nx=True)
             if countdown is None:
-                pipe.publish(NUDGE_CHANNEL, b"1")
-            if not pipe.execute()[0]:
+                claimed = client.eval(_WAKE_SCRIPT, 2, key, NUDGE_CHANNEL, JOB_TOKEN, ttl_ms)
+            else:
+                claimed = client.set(key, b"1", px=ttl_ms, nx=True)
+            if not claimed:
                 return True  # a pump is claiming (and was nudged), or one is due then anyway
         except Exception:
             logger.warning("wake flag unreadable; publishing", exc_info=True)
@@ -111,7 +136,7 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
     if send_job(DELIVER_JOB, [], countdown=countdown):
         return True
     if client is not None and countdown is None:
-        release()  # no job carries this flag: let the next write try again
+        release(JOB_TOKEN)  # no job carries this flag: let the next write try again
     return False
 
 
@@ -138,14 +163,14 @@ def wake_on_commit(*, countdown: float | None = None) -> None:
 
 # --- nudges --------------------------------------------------------------------------------
 
-_listeners: set[Callable[[], None]] = set()
+_listeners: set[Callable[[bytes], None]] = set()
 _listener_pid: int | None = None
 
 
-def listen(callback: Callable[[], None]) -> bool:
-    """Call `callback` (from the subscriber thread) whenever a nudge arrives, until
-    `unlisten(callback)`. Starts this process's subscriber on first use. False without Redis
-    (no nudges: the caller polls)."""
+def listen(callback: Callable[[bytes], None]) -> bool:
+    """Call `callback(holder)` (from the subscriber thread) whenever a nudge arrives, until
+    `unlisten(callback)`; `holder` is the token of the pump it is for. Starts this process's
+    subscriber on first use. False without Redis (no nudges: the caller polls)."""
     global _listener_pid
     if _redis() is None:
         return False
@@ -157,7 +182,7 @@ def listen(callback: Callable[[], None]) -> bool:
     return True
 
 
-def unlisten(callback: Callable[[], None]) -> None:
+def unlisten(callback: Callable[[bytes], None]) -> None:
     with _lock:
         _listeners.discard(callback)
 
@@ -173,11 +198,12 @@ def _subscribe() -> None:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(NUDGE_CHANNEL)
             while True:
-                if pubsub.get_message(timeout=5.0) is not None:
+                message = pubsub.get_message(timeout=5.0)
+                if message is not None:
                     with _lock:
                         waiting = list(_listeners)
                     for callback in waiting:
-                        callback()
+                        callback(message["data"])
         except Exception:
             logger.warning("webhook nudge subscription lost; pumps poll until it is back")
             time.sleep(1.0)

@@ -80,6 +80,34 @@ def test_wake_publishes_once_until_a_pump_claims(broker):
     assert queued(broker) == 3
 
 
+def test_a_nudge_reaches_the_pump_holding_the_flag_only(broker):
+    """Two pumps listen (as in two workers); a write nudges the one holding the flag, so the
+    other does not claim for it. A pump clears only its own flag."""
+    pumps = {"a": pump._Signals(), "b": pump._Signals()}
+    for signals in pumps.values():
+        assert wake.listen(signals.nudge)
+    try:
+        time.sleep(0.3)  # the subscription is up
+        wake.hold(pumps["a"].token)
+        assert wake.wake() is True
+        assert pumps["a"].nudged.wait(5)
+        assert queued(broker) == 0  # the holder claims it: no job
+        time.sleep(0.2)  # a nudge for b would have arrived by now
+        assert not pumps["b"].nudged.is_set()
+        wake.hold(pumps["b"].token)  # b takes the flag over
+        wake.release(pumps["a"].token)  # a stops: b's flag stays
+        assert broker.get(wake.FLAG_KEY) == pumps["b"].token.encode()
+        pumps["a"].nudged.clear()
+        assert wake.wake() is True
+        assert pumps["b"].nudged.wait(5)
+        time.sleep(0.2)  # a nudge for a would have arrived by now
+        assert not pumps["a"].nudged.is_set()
+        assert queued(broker) == 0
+    finally:
+        for signals in pumps.values():
+            wake.unlisten(signals.nudge)
+
+
 def test_without_redis_every_wake_publishes(broker, settings):
     """`make run`'s file-system broker has no flag to share: nothing is coalesced, nothing is
     skipped. (The Celery app keeps publishing to the test broker, which lets us count.)"""
