@@ -42,6 +42,8 @@ def procs(tmp_path):
         p.stop()
         # Captured by pytest: shown only when the test failed.
         print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
+    if any(p.killed for p in holder.started):
+        processes.forget_unacked()
 
 
 @pytest.fixture
