@@ -32,8 +32,8 @@ and the check would be about the proxy). Redirects are never followed; a 3xx is 
 
 `timeout` is a deadline for the whole attempt (URL check + connect + TLS + send + response
 head + body excerpt), not per socket operation, so a receiver that trickles bytes cannot hold a
-send. Name resolution runs on the loop's resolver threads; a lookup outliving the deadline
-finishes there, unwaited.
+send. Name resolution runs on the sender's resolver threads (`RESOLVER_THREADS`); a lookup
+outliving the deadline finishes there, unwaited.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ USER_AGENT = "a2a-platform-webhooks/1"
 # Idle keep-alive connections are reused for this long, and at most this many are kept.
 KEEPALIVE_SECONDS = 5.0
 MAX_IDLE_CONNECTIONS = 256
+RESOLVER_THREADS = 32
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,13 @@ class _Sender:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
+        # Name resolution blocks a thread per lookup; enough of them that a few receivers
+        # whose DNS hangs cannot hold up every other receiver's lookups.
+        self.loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=RESOLVER_THREADS, thread_name_prefix="webhook-dns"
+            )
+        )
         self.loop.run_forever()
 
     def call(self, fn, *args, **kwargs) -> None:
