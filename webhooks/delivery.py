@@ -33,6 +33,7 @@ from webhooks.models import (
     Alert,
     AlertKind,
     Delivery,
+    DeliveryAttempt,
     DeliveryState,
     Endpoint,
     PushConfig,
@@ -414,9 +415,30 @@ def _record_failures(
     return outcomes
 
 
+AUTH_REJECTED = (401, 403)
+
+
+def _earlier_auth_rejections(delivery: Delivery) -> int:
+    """How many of this run's tries (since the delivery was created or replayed: its last
+    `attempts` rows) the receiver answered 401/403. The try being recorded has no status on
+    its row yet, so it is not among them."""
+    statuses = (
+        DeliveryAttempt.objects.filter(delivery=delivery)
+        .order_by("-id")
+        .values_list("status", flat=True)[: delivery.attempts]
+    )
+    return sum(1 for status in statuses if status in AUTH_REJECTED)
+
+
 def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoint, now) -> Outcome:
     status = result.status
-    if status in (401, 403):
+    # Auth rejections and other failures count against their own schedules: a receiver that
+    # was down for hours and then rejects our signature still gets its ~10 minutes of auth
+    # retries, and auth retries do not use up the outage schedule.
+    rejected = _earlier_auth_rejections(delivery)
+    tries = delivery.attempts - rejected  # this try included, when it is not a rejection
+    if status in AUTH_REJECTED:
+        tries = rejected + 1
         schedule = auth_retry_schedule()
         _alert(
             AlertKind.AUTH_REJECTED,
@@ -430,9 +452,9 @@ def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoi
         schedule = retry_schedule()
     else:
         schedule = []  # other 4xx and 3xx are final
-    # attempts counts tries so far; the schedule lists the waits between tries.
-    if delivery.attempts <= len(schedule):
-        wait = _jitter(schedule[delivery.attempts - 1])
+    # `tries` counts this kind's tries so far; the schedule lists the waits between tries.
+    if tries <= len(schedule):
+        wait = _jitter(schedule[tries - 1])
         if result.retry_after is not None:
             wait = max(wait, min(result.retry_after, 86400.0))
         delivery.state = DeliveryState.PENDING

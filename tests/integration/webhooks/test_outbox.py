@@ -602,6 +602,34 @@ def test_auth_rejection_uses_the_auth_schedule_and_alerts(agent, clock, schedule
     assert Alert.objects.filter(kind=AlertKind.DEAD_LETTER).count() == 1
 
 
+def test_auth_rejections_and_other_failures_count_against_their_own_schedules(
+    agent, clock, schedules
+):
+    # Schedules here: other failures wait 10 then 100 s (3 tries), auth rejections 60 then
+    # 120 s (3 tries). A receiver down a while that then rejects the signature still gets
+    # its auth retries, and those do not use up the outage schedule.
+    task = new_task(agent)
+    push = register(task, "a")
+    (delivery,) = deliveries(push)
+
+    def attempt(status: int) -> str:
+        clock.shift(max(seconds_until(delivery), 0) + 0.001)
+        claim = delivery_claim_head(config_pk=push.pk)
+        return delivery_record(claim=claim, result=result(status)).state
+
+    assert attempt(500) == "retry"
+    assert 8 <= seconds_until(delivery) <= 12
+    assert attempt(500) == "retry"
+    assert 80 <= seconds_until(delivery) <= 120
+    assert attempt(401) == "retry"  # the first rejection: the auth schedule's first wait
+    assert 48 <= seconds_until(delivery) <= 72
+    assert attempt(403) == "retry"
+    assert 96 <= seconds_until(delivery) <= 144
+    assert attempt(500) == "dead"  # the third try of the other kind: its schedule is spent
+    delivery.refresh_from_db()
+    assert delivery.attempts == 5
+
+
 @pytest.mark.parametrize(
     "final",
     [result(404), result(410), result(400), result(None, error="ssrf")],
