@@ -241,8 +241,9 @@ A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", d
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
 # This many failed tries in a row raise an `endpoint_failing` alert (its next success resolves it).
 A2A_WEBHOOK_ENDPOINT_FAILING_AFTER = env.int("A2A_WEBHOOK_ENDPOINT_FAILING_AFTER", default=10)
-# A due head whose endpoint is at its cap is looked at again after this long (no try spent).
-A2A_WEBHOOK_CAP_WAIT_SECONDS = env.float("A2A_WEBHOOK_CAP_WAIT_SECONDS", default=0.25)
+# A due head whose endpoint is at its cap is looked at again after this long (no try spent):
+# the claiming pump's poll interval, so it is taken at the first claim once a slot is free.
+A2A_WEBHOOK_CAP_WAIT_SECONDS = env.float("A2A_WEBHOOK_CAP_WAIT_SECONDS", default=0.1)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
 # The delivery pump (webhooks/pump.py): sends in flight per pump, seconds a pump claims before
 # it hands over to a fresh one, sending threads per worker process (shared by its pumps).
