@@ -101,6 +101,18 @@ def hold(token: str = JOB_TOKEN) -> None:
         logger.warning("wake flag not set", exc_info=True)
 
 
+def holds(token: str) -> bool:
+    """Whether the flag still names this pump (False without Redis or when unreadable)."""
+    client = _redis()
+    if client is None:
+        return False
+    try:
+        return client.get(FLAG_KEY) == token.encode()
+    except Exception:
+        logger.warning("wake flag unreadable", exc_info=True)
+        return False
+
+
 def release(token: str = JOB_TOKEN) -> None:
     """The pump stops claiming (it blocks, drains or exits): writes need a message again.
     The caller claims once more after this, for what was committed while it held the flag."""

@@ -289,6 +289,56 @@ def test_at_a_low_rate_a_pump_claims_once_per_event(receivers, broker, settings,
     assert 8 + 1 <= runs[0].claims <= 8 + 2
 
 
+def test_past_its_deadline_a_pump_claims_on_until_its_successor_holds_the_flag(
+    receivers, broker, settings
+):
+    """A busy pump at its deadline publishes its successor's job and keeps claiming, so a
+    write then does not wait for the successor to start; once the successor holds the flag it
+    stops claiming, drains and leaves the successor's flag alone."""
+    settings.A2A_WEBHOOK_PUMP_SECONDS = 0.5
+    settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
+    slow = receivers.start("slow", hang=1.5)  # a send in flight across the deadline
+    fast = receivers.start("fast")
+    agent = AgentFactory(executor="external")
+    held = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    push_config_create(task=held, config={"id": "a", "url": slow.url})
+    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    push_config_create(task=task, config={"id": "a", "url": fast.url})
+    broker.delete("webhooks", wake.FLAG_KEY)  # this test runs the pumps itself
+    runs = []
+
+    def pumping() -> None:
+        try:
+            runs.append(run_pump())
+        finally:
+            connection.close()
+
+    def artifact(name: str) -> Delivery:
+        services.task_add_artifact(
+            task_id=task.pk, artifact={"artifactId": name, "parts": [{"text": "x"}]}
+        )
+        return Delivery.objects.filter(task=task).latest("id")
+
+    thread = threading.Thread(target=pumping)
+    thread.start()
+    try:
+        wait_until(lambda: queued(broker) == 1, timeout=3, message="the successor's job")
+        after_deadline = artifact("after-deadline")
+        wait_until(
+            lambda: Delivery.objects.get(pk=after_deadline.pk).state == DeliveryState.DELIVERED,
+            timeout=3,
+            message="claimed past the deadline",
+        )
+        wake.hold("successor")  # the successor starts claiming
+        left_over = artifact("for-the-successor")
+    finally:
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert runs[0].claimed == 3  # both snapshots and the write after the deadline
+    assert Delivery.objects.get(pk=left_over.pk).state == DeliveryState.PENDING
+    assert broker.get(wake.FLAG_KEY) == b"successor"
+
+
 def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
     """Eight threads claim and record at once over 10 configs x 5 deliveries: every delivery is
     claimed exactly once, and each config's deliveries are claimed in order."""
