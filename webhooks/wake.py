@@ -163,8 +163,8 @@ class _WakeOnCommit:
 def wake_on_commit(*, countdown: float | None = None) -> None:
     """`wake()` once the current transaction commits (at once outside one): once per
     transaction and countdown, however many events it wrote (each wake is a Redis round trip
-    and a nudge every claiming pump acts on). A wake registered in a savepoint that rolls
-    back goes with it, so a later one registers again."""
+    and, while a pump claims, a nudge it claims for). A wake registered in a savepoint that
+    rolls back goes with it, so a later one registers again."""
     connection = transaction.get_connection()
     if connection.in_atomic_block:
         for _, pending, _ in connection.run_on_commit:  # Django's (savepoints, func, robust)
