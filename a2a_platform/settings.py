@@ -238,16 +238,19 @@ A2A_WEBHOOK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_TIMEOUT_SECONDS", default=1
 # delays it by that much, then the sweeper hands it to another worker.
 A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS", default=30)
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
-A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=16)
+# Sends in flight to one endpoint (origin) across all workers: half a pump's window, so one
+# receiver that starts hanging holds at most half of it until its first failure is recorded.
+A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=32)
 # This many failed tries in a row raise an `endpoint_failing` alert (its next success resolves it).
 A2A_WEBHOOK_ENDPOINT_FAILING_AFTER = env.int("A2A_WEBHOOK_ENDPOINT_FAILING_AFTER", default=10)
 # A due head whose endpoint is at its cap is looked at again after this long (no try spent):
 # the claiming pump's poll interval, so it is taken at the first claim once a slot is free.
 A2A_WEBHOOK_CAP_WAIT_SECONDS = env.float("A2A_WEBHOOK_CAP_WAIT_SECONDS", default=0.1)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
-# The delivery pump (webhooks/pump.py): sends in flight per pump, seconds a pump claims before
-# it hands over to a fresh one, sending threads per worker process (shared by its pumps).
-A2A_WEBHOOK_PUMP_WINDOW = env.int("A2A_WEBHOOK_PUMP_WINDOW", default=32)
+# The delivery pump (webhooks/pump.py): sends in flight per pump (tasks on the process's
+# sender loop: a socket each, no thread), seconds a pump claims before it hands over to a
+# fresh one.
+A2A_WEBHOOK_PUMP_WINDOW = env.int("A2A_WEBHOOK_PUMP_WINDOW", default=64)
 A2A_WEBHOOK_PUMP_SECONDS = env.float("A2A_WEBHOOK_PUMP_SECONDS", default=2)
 # A pump with nothing left to send waits this long for nudges (new writes) before it exits, so
 # a steady trickle of events rides one pump instead of a broker job each (Redis brokers only).
