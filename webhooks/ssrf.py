@@ -67,23 +67,16 @@ class UnsafeDestination(Exception):
 
 @dataclass(frozen=True)
 class ParsedTarget:
-    """A checked destination. `host` is what is resolved and sent as Host/SNI: an ASCII (IDNA)
-    hostname, or the normalized IP literal (so `http://0x7f.1/` becomes `127.0.0.1`)."""
+    """A checked destination: what the transport requests is built from these parts alone, so
+    a second URL parser can never see another host. `host` is what is resolved and sent as
+    Host/SNI: an ASCII (IDNA) hostname, or the normalized IP literal (so `http://0x7f.1/`
+    becomes `127.0.0.1`, `literal` set)."""
 
     scheme: str
     host: str
     port: int
     path_qs: str
     literal: bool = False
-
-    @property
-    def url(self) -> str:
-        """The URL rebuilt from the checked parts: what the transport actually requests, so a
-        second URL parser can never see a different host than the one checked."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = 443 if self.scheme == "https" else 80
-        netloc = host if self.port == default else f"{host}:{self.port}"
-        return f"{self.scheme}://{netloc}{self.path_qs}"
 
 
 # --- allowlist ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ A send never raises for a network or HTTP problem: it returns a `TransportResult
 - `network`  the connection broke after it was made (may have been received).
 - `protocol` the receiver spoke broken HTTP, or the request could not be framed.
 - `request`  the request itself could not be built (e.g. a header value that is not ASCII).
-- `internal` a bug in this module, caught by `submit`/`post_guarded` (logged).
+- `internal` a bug in this module, caught by `submit` (logged; `post` lets it surface).
 
 How it sends: one asyncio event loop per process, on a thread of its own (`webhook-sender`),
 runs every send as a task, so a hung receiver holds one task, never a thread or the others.
@@ -48,7 +48,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -117,12 +117,6 @@ def post(
     redirects, never raises for network or HTTP problems. `timeout` bounds the whole attempt."""
     future: concurrent.futures.Future[TransportResult] = concurrent.futures.Future()
     _sender().call(_start, [(PostRequest(url, body, headers), future)], timeout, guarded=False)
-    return future.result()
-
-
-def post_guarded(request: PostRequest, timeout: float) -> TransportResult:
-    """`post`, with a bug in this module turned into an `internal` result (logged)."""
-    [future] = submit([request], timeout)
     return future.result()
 
 
@@ -221,14 +215,8 @@ def _settle(
 # --- one attempt ----------------------------------------------------------------------------
 
 
-class _ConnectFailed(Exception):
-    def __init__(self, error_class: str, detail: str) -> None:
-        super().__init__(detail)
-        self.error_class = error_class
-
-
 class _Broken(Exception):
-    """The connection broke or the receiver spoke broken HTTP (`error_class` says which)."""
+    """No connection, a connection that broke, or broken HTTP (`error_class` says which)."""
 
     def __init__(self, error_class: str, detail: str) -> None:
         super().__init__(detail)
@@ -283,8 +271,6 @@ async def _attempt(sender: _Sender, request: PostRequest, timeout: float) -> Tra
         return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
     except TimeoutError:
         return _failure("timeout", "the delivery timeout elapsed", started)
-    except _ConnectFailed as exc:
-        return _failure(exc.error_class, str(exc), started)
     except _Broken as exc:
         return _failure(exc.error_class, str(exc), started)
     except (UnicodeError, ValueError) as exc:
@@ -303,7 +289,8 @@ async def _addresses(sender: _Sender, target: ParsedTarget) -> list[str]:
 
 
 async def _connect(sender: _Sender, target: ParsedTarget) -> _Connection:
-    """A new connection: resolve again, check every address, connect to a checked one."""
+    """A new connection: resolve again, check every address, connect to the first checked
+    address that answers."""
     addresses = await _addresses(sender, target)
     try:
         ssrf.check_addresses(target, addresses)
@@ -313,13 +300,6 @@ async def _connect(sender: _Sender, target: ParsedTarget) -> _Connection:
             extra={"host": target.host, "addresses": addresses, "reason": exc.reason},
         )
         raise
-    return await open_connection(sender, target, addresses)
-
-
-async def open_connection(
-    sender: _Sender, target: ParsedTarget, addresses: Iterable[str]
-) -> _Connection:
-    """Connect to the first of `addresses` that answers (already checked by the caller)."""
     tls = sender.ssl_context if target.scheme == "https" else None
     last: Exception | None = None
     for address in addresses:
@@ -333,10 +313,10 @@ async def open_connection(
             )
             return connection
         except (ssl.SSLError, ssl.CertificateError) as exc:
-            raise _ConnectFailed("tls", f"{type(exc).__name__}: {exc}") from None
+            raise _Broken("tls", f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
             last = exc
-    raise _ConnectFailed("connect", f"{type(last).__name__}: {last}")
+    raise _Broken("connect", f"{type(last).__name__}: {last}")
 
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -534,29 +514,28 @@ class _Pool:
         return None
 
     def give(self, target: ParsedTarget, connection: _Connection) -> None:
+        """Keep `connection` for reuse; when the pool is full even after dropping what has
+        expired, close it instead."""
         if self._count >= MAX_IDLE_CONNECTIONS:
-            self._evict()
+            self._drop_expired()
+        if self._count >= MAX_IDLE_CONNECTIONS:
+            connection.close()
+            return
         connection.reset()
         connection.idle_since = time.monotonic()
         self._idle.setdefault((target.scheme, target.host, target.port), []).append(connection)
         self._count += 1
 
-    def _evict(self) -> None:
-        """Close what has expired; if nothing has, the oldest origin's connections."""
+    def _drop_expired(self) -> None:
         now = time.monotonic()
         for key, idle in list(self._idle.items()):
-            keep = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE_SECONDS]
-            for connection in idle:
-                if connection not in keep:
-                    connection.close()
-            self._idle[key] = keep
-        if sum(len(idle) for idle in self._idle.values()) >= MAX_IDLE_CONNECTIONS:
-            oldest = min(
-                self._idle, key=lambda k: min((c.idle_since for c in self._idle[k]), default=now)
-            )
-            for connection in self._idle.pop(oldest):
+            kept = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE_SECONDS]
+            for connection in set(idle) - set(kept):
                 connection.close()
-        self._idle = {key: idle for key, idle in self._idle.items() if idle}
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
         self._count = sum(len(idle) for idle in self._idle.values())
 
     def close_all(self) -> None:

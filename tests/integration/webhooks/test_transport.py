@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from webhooks import ssrf, transport
-from webhooks.transport import PostRequest, TransportResult, post, post_guarded
+from webhooks.transport import PostRequest, TransportResult, post
 
 PUBLIC_V4 = "93.184.215.14"
 BIG_BODY = b"x" * 100_000
@@ -515,17 +515,24 @@ def test_post_broken_http_is_a_protocol_error(receiver, allow_loopback, route):
     assert (result.status, result.error_class) == (None, "protocol")
 
 
-def test_post_guarded_sends_like_post(receiver, allow_loopback):
-    result = post_guarded(PostRequest(receiver.url("/ok"), b"{}", {}), 5)
-    assert (result.status, result.error_class) == (200, None)
+def test_submit_sends_a_batch_like_post(receiver, allow_loopback):
+    sends = transport.submit(
+        [PostRequest(receiver.url("/ok"), b"{}", {}), PostRequest(receiver.url("/fail"), b"", {})],
+        timeout=5,
+    )
+    assert [(f.result(5).status, f.result(5).error_class) for f in sends] == [
+        (200, None),
+        (500, None),
+    ]
 
 
-def test_post_guarded_turns_a_bug_into_an_internal_result(monkeypatch):
+def test_submit_turns_a_bug_into_an_internal_result(monkeypatch):
     def broken(*args):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(transport, "_request_head", broken)
-    result = post_guarded(PostRequest("https://example.com/", b"{}", {}), 1.0)
+    [send] = transport.submit([PostRequest("https://example.com/", b"{}", {})], timeout=1.0)
+    result = send.result(timeout=5)
     assert (result.status, result.error_class) == (None, "internal")
     assert "RuntimeError: boom" in result.error_detail
     with pytest.raises(RuntimeError, match="boom"):  # post itself lets a bug surface

@@ -1,4 +1,5 @@
-"""webhooks.transport values that need no network: Retry-After parsing, `ok`."""
+"""webhooks.transport values that need no network: Retry-After parsing, `ok`, the request
+head built from the checked parts of a URL."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from webhooks.transport import TransportResult, parse_retry_after
+from webhooks.ssrf import ParsedTarget
+from webhooks.transport import TransportResult, _request_head, parse_retry_after
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -48,3 +50,28 @@ def test_transport_result_ok(status, ok):
         retry_after=None,
     )
     assert result.ok is ok
+
+
+@pytest.mark.parametrize(
+    ("target", "start"),
+    [
+        (
+            ParsedTarget("http", "127.0.0.1", 8080, "/hook?a=1&b=2", literal=True),
+            "POST /hook?a=1&b=2 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n",
+        ),
+        (
+            ParsedTarget("https", "2001:4860:4860::8888", 8443, "/", literal=True),
+            "POST / HTTP/1.1\r\nHost: [2001:4860:4860::8888]:8443\r\n",
+        ),
+        (
+            ParsedTarget("https", "public.test", 443, "/a/b?c=d"),
+            "POST /a/b?c=d HTTP/1.1\r\nHost: public.test\r\n",
+        ),
+    ],
+    ids=["port", "ipv6", "default-port"],
+)
+def test_the_request_head_comes_from_the_checked_parts(target, start):
+    head = _request_head(target, {"Content-Type": "application/a2a+json"}, 12).decode()
+    assert head.startswith(start)
+    assert "\r\nContent-Length: 12\r\n" in head
+    assert head.endswith("\r\nContent-Type: application/a2a+json\r\n\r\n")
