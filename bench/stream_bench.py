@@ -265,14 +265,16 @@ def notify_cost(agent, transitions: int) -> None:
             w.join()
         return per * threads_n / (time.monotonic() - started)
 
-    original = services_module.notify_task_event
+    from tasks.task_store import PostgresStore
+
+    original, quiet = services_module.store, PostgresStore(notify=False)
     try:
         for threads_n in (1, 4):
             rates: dict[str, list[float]] = {"with NOTIFY": [], "without NOTIFY": []}
             for _ in range(5):
-                services_module.notify_task_event = original
+                services_module.store = original
                 rates["with NOTIFY"].append(burst(threads_n))
-                services_module.notify_task_event = lambda task_id: None
+                services_module.store = lambda: quiet
                 rates["without NOTIFY"].append(burst(threads_n))
             for name, runs in rates.items():
                 print(
@@ -285,7 +287,7 @@ def notify_cost(agent, transitions: int) -> None:
                 f"{100 * (with_ - without) / without:+.1f} %"
             )
     finally:
-        services_module.notify_task_event = original
+        services_module.store = original
 
 
 def coalescing(agent, db: str) -> None:

@@ -22,9 +22,9 @@ from tasks.dispatch import dispatch_close_active, dispatch_open, dispatch_open_n
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
 from tasks.models import Artifact, EventKind, Message, MessageReceipt, Task, TaskEvent
-from tasks.notify import notify_task_event
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
+from tasks.task_store import store
 
 logger = logging.getLogger(__name__)
 
@@ -32,19 +32,21 @@ MessageInput = a2a_pb2.Message | dict[str, Any]
 
 
 def lock_task(task_id: object) -> Task:
-    """The task row, locked FOR UPDATE until the surrounding transaction ends.
+    """The task row (with its agent), locked FOR UPDATE until the surrounding transaction
+    ends. TaskNotFound for an unknown or malformed id."""
+    task = store().lock(_task_pk(task_id))
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
 
-    Only the task row: without `of`, FOR UPDATE also locks the select_related agent row and
-    every write to any task of that agent would wait for the others.
-    """
+
+def _task_pk(task_id: object) -> uuid.UUID:
+    if isinstance(task_id, uuid.UUID):
+        return task_id
     try:
-        return Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
-    except (Task.DoesNotExist, ValueError, TypeError):
+        return uuid.UUID(str(task_id))
+    except ValueError:
         raise TaskNotFound(task_id) from None
-    except Exception as exc:  # malformed UUID strings surface as ValidationError
-        if exc.__class__.__name__ == "ValidationError":
-            raise TaskNotFound(task_id) from None
-        raise
 
 
 def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Message:
@@ -54,12 +56,11 @@ def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Messag
 
 
 def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
+    """The next event of a locked task; also writes the task's lifecycle fields
+    (task_store.LIFECYCLE_FIELDS) as they are now, and queues the hub's NOTIFY."""
     task.last_seq += 1
-    event = TaskEvent.objects.create(
-        task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
-    )
+    event = store().append_event(task, kind, payload, timezone.now())
     run_event_hooks(task, event)
-    notify_task_event(task.id)
     return event
 
 
@@ -100,16 +101,6 @@ def _set_status(task: Task, to_state: TaskState, status_message: dict | None) ->
     task.status_timestamp = next_status_timestamp(task.status_timestamp, timezone.now())
     task.status_message = status_message
     _append_event(task, EventKind.STATUS, wire.status_update_json(task))
-    task.save(
-        update_fields=[
-            "state",
-            "status_timestamp",
-            "status_message",
-            "answered_with_message",
-            "last_seq",
-            "updated_at",
-        ]
-    )
     if to_state in TERMINAL_STATES:
         dispatch_close_active(task)
 
@@ -235,36 +226,28 @@ def task_add_artifact(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        existing = Artifact.objects.filter(task=task, artifact_id=art.artifact_id).first()
+        existing = store().artifact(task, art.artifact_id)
         if append and existing is not None:
             if existing.complete:
                 raise InvalidPayload("artifact", "its last chunk was already added")
             existing.parts = existing.parts + chunk["parts"]
             existing.chunks += 1
             existing.complete = last_chunk
-            existing.save(update_fields=["parts", "chunks", "complete", "updated_at"])
         else:
-            values = {
-                "name": art.name,
-                "description": art.description,
-                "parts": chunk["parts"],
-                "metadata": chunk.get("metadata", {}),
-                "extensions": list(art.extensions),
-                "complete": last_chunk,
-                "chunks": 1,
-            }
-            if existing is None:
-                Artifact.objects.create(task=task, artifact_id=art.artifact_id, **values)
-            else:
-                for key, value in values.items():
-                    setattr(existing, key, value)
-                existing.save()
+            existing = existing or Artifact(task=task, artifact_id=art.artifact_id)
+            existing.name = art.name
+            existing.description = art.description
+            existing.parts = chunk["parts"]
+            existing.metadata = chunk.get("metadata", {})
+            existing.extensions = list(art.extensions)
+            existing.complete = last_chunk
+            existing.chunks = 1
+        store().save_artifact(existing, timezone.now())
         _append_event(
             task,
             EventKind.ARTIFACT,
             wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
         )
-        task.save(update_fields=["last_seq", "updated_at"])
     return task
 
 
@@ -286,7 +269,6 @@ def task_append_message(*, task_id: object, message: MessageInput) -> Task:
         msg.task_id = str(task.id)
         _store_message(task, msg)
         _append_event(task, EventKind.MESSAGE, {"message": wire.to_json(msg)})
-        task.save(update_fields=["last_seq", "updated_at"])
         if msg.role == a2a_pb2.ROLE_USER:
             dispatch_open(task)
     return task

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from django.db import connection
 from django.db.models import Count, F
 
+from a2a_platform.sql import run_prepared
 from webhooks import heads
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
 
@@ -212,28 +213,16 @@ RETURNING p.id, p.head_due_at <= %(now)s
 """
 
 
-def _run(sql: str, params: dict) -> list[tuple]:
-    """Run one statement as a prepared statement (server-side binding) on Django's
-    connection, in its current transaction; its rows (none for a write without RETURNING).
-    Database errors surface as Django's."""
-    import psycopg
-
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        return cursor.fetchall() if cursor.description is not None else []
-
-
 class PostgresStore:
     def outbox_write(
         self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
     ) -> int:
         params = {"task": task_pk, "seq": seq, "kind": kind, "body": body, "now": now}
-        return len(_run(_OUTBOX_WRITE, params))
+        return len(run_prepared(_OUTBOX_WRITE, params))
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         only = None if config_pks is None else list(config_pks)
-        rows = _run(_CLAIM_READ, {"now": now, "limit": limit, "only": only})
+        rows = run_prepared(_CLAIM_READ, {"now": now, "limit": limit, "only": only})
         return [Head(*row) for row in rows]
 
     def claim_write(
@@ -243,7 +232,7 @@ class PostgresStore:
         due: dict[int, datetime | None],
         attempts: list[NewAttempt],
     ) -> dict[int, int]:
-        rows = _run(
+        rows = run_prepared(
             _CLAIM_WRITE,
             {
                 "configs": list(due),
@@ -260,7 +249,7 @@ class PostgresStore:
         return dict(rows)
 
     def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
-        rows = _run(_RECORD_READ, {"deliveries": delivery_pks})
+        rows = run_prepared(_RECORD_READ, {"deliveries": delivery_pks})
         return {row[0]: Recorded(*row[1:]) for row in rows}
 
     def record_write(
@@ -270,7 +259,7 @@ class PostgresStore:
         delivered: list[tuple[int, int]],
         config_pks: list[int],
     ) -> set[int]:
-        rows = _run(
+        rows = run_prepared(
             _RECORD_WRITE,
             {
                 "attempts": [claim.attempt_pk for claim, _ in results],

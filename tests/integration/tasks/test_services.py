@@ -1,9 +1,13 @@
-"""Lifecycle services on PostgreSQL: one transaction each, events gap-free, rules enforced."""
+"""Lifecycle services on PostgreSQL: one transaction each, events gap-free, rules enforced.
+
+Every test runs through both task stores (tasks/task_store.py): the prepared statements
+production runs and the ORM twin the embedded SQLite database runs.
+"""
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from tasks import services
+from tasks import services, task_store
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.models import DispatchState, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
@@ -11,6 +15,13 @@ from tasks.states import TaskState
 from tests.factories import user_message
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True, params=["postgres", "portable"])
+def store(request, monkeypatch):
+    chosen = {"postgres": task_store.PostgresStore, "portable": task_store.PortableStore}
+    monkeypatch.setattr(services, "store", chosen[request.param])
+    return request.param
 
 
 def test_task_create_writes_task_message_event_and_dispatch(
@@ -134,7 +145,6 @@ def test_status_timestamp_strictly_increases(agent):
 def test_notify_is_sent_once_per_task_per_transaction(agent, transactional_db):
     """Several events of one task in one transaction wake listeners once (PG folds them)."""
     import psycopg
-    from django.db import transaction
 
     from tests.processes import test_database_url
 
@@ -150,3 +160,91 @@ def test_notify_is_sent_once_per_task_per_transaction(agent, transactional_db):
         notes = list(listener.notifies(timeout=1.0))
     assert [n.payload for n in notes] == [str(task.id)]
     assert connection.vendor == "postgresql"
+
+
+def test_lifecycle_writes_read_back_as_the_orm_wrote_them(agent):
+    """What a service returns is what is stored: status message JSON (and its absence),
+    answered_with_message, last seq, updated_at, and the event rows' payloads."""
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    working = services.task_transition(task_id=task.id, to_state=TaskState.WORKING, message="hm")
+    assert Task.agent.is_cached(working)  # the lock read it: no query when a dispatch asks
+    assert working.agent.pk == agent.pk
+    stored = Task.objects.get(pk=task.pk)
+    assert stored.status_message == working.status_message
+    assert stored.status_message["parts"] == [{"text": "hm"}]
+    assert stored.updated_at == working.updated_at
+    cleared = services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
+    assert Task.objects.get(pk=task.pk).status_message is None is cleared.status_message
+    done = services.task_reply_with_message(task_id=task.id, message="the answer")
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.state, stored.answered_with_message, stored.last_seq) == (
+        TaskState.COMPLETED,
+        True,
+        done.last_seq,
+    )
+    assert stored.status_timestamp == done.status_timestamp
+    events = TaskEvent.objects.filter(task=task).order_by("seq")
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    update = events.last().payload["statusUpdate"]
+    assert (update["taskId"], update["contextId"]) == (str(task.pk), task.context_id)
+    assert update["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert update["status"]["message"]["parts"] == [{"text": "the answer"}]
+
+
+def test_an_artifact_with_an_existing_id_replaces_it_in_place(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    first = {"artifactId": "r", "name": "one", "parts": [{"text": "a"}], "metadata": {"k": 1}}
+    services.task_add_artifact(task_id=task.id, artifact=first, last_chunk=True)
+    created = task.artifacts.get()
+    second = {
+        "artifactId": "r",
+        "name": "two",
+        "description": "again",
+        "parts": [{"text": "b"}],
+        "extensions": ["https://example.org/ext"],
+    }
+    services.task_add_artifact(task_id=task.id, artifact=second)
+    art = task.artifacts.get()
+    assert art.pk == created.pk
+    assert art.created_at == created.created_at
+    assert art.updated_at > created.updated_at
+    assert (art.name, art.description, art.parts, art.metadata, art.extensions) == (
+        "two",
+        "again",
+        [{"text": "b"}],
+        {},
+        ["https://example.org/ext"],
+    )
+    assert (art.complete, art.chunks) == (False, 1)
+    services.task_add_artifact(
+        task_id=task.id, artifact={"artifactId": "r", "parts": [{"text": "c"}]}, append=True
+    )
+    assert task.artifacts.get().parts == [{"text": "b"}, {"text": "c"}]
+
+
+def test_a_rolled_back_event_leaves_the_task_as_it_was(agent, transactional_db):
+    """The event, the task row, the artifact and the NOTIFY go with the transaction."""
+    import psycopg
+
+    from tests.processes import test_database_url
+
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+
+    def write_then_fail() -> None:
+        with transaction.atomic():
+            services.task_add_artifact(
+                task_id=task.id, artifact={"artifactId": "a", "parts": [{"text": "x"}]}
+            )
+            services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
+            raise RuntimeError("the caller fails after the writes")
+
+    with psycopg.connect(test_database_url(), autocommit=True) as listener:
+        listener.execute("LISTEN a2a_task_events")
+        with pytest.raises(RuntimeError):
+            write_then_fail()
+        notes = list(listener.notifies(timeout=0.5))
+    assert notes == []
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.state, stored.last_seq) == (TaskState.SUBMITTED, 1)
+    assert TaskEvent.objects.filter(task=task).count() == 1
+    assert not task.artifacts.exists()

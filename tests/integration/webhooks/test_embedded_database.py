@@ -1,7 +1,8 @@
 """The outbox on the embedded database of `make run` (SQLite, file-system broker), in a
-process of its own: registration writes the snapshot, a claim signs it, a record delivers
-it, and the next claim finds nothing (webhooks/outbox_store.PortableStore for real, where
-test_outbox.py runs it on PostgreSQL)."""
+process of its own: lifecycle writes, then registration writes the snapshot, a claim signs it,
+a record delivers it, and the next claim finds nothing (webhooks/outbox_store.PortableStore
+and tasks/task_store.PortableStore for real, where test_outbox.py and test_services.py run
+them on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import json
 from django.db import connection
-from tasks import services
+from tasks import services, task_store
+from tasks.models import TaskEvent
 from tests.factories import AgentFactory, user_message
 from webhooks import outbox_store
 from webhooks.delivery import delivery_claim_batch, delivery_record_many
@@ -26,6 +28,11 @@ from webhooks.transport import TransportResult
 
 agent = AgentFactory(executor="external")
 task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+services.task_transition(task_id=task.pk, to_state="TASK_STATE_WORKING", message="on it")
+for i in range(2):
+    services.task_add_artifact(
+        task_id=task.pk, artifact={"artifactId": "a", "parts": [{"text": str(i)}]}, append=i > 0
+    )
 push_config_create(
     task=task,
     config={"id": "c", "url": "http://127.0.0.1:9/hook", "authentication": {"scheme": "Bearer"}},
@@ -36,6 +43,10 @@ outcomes = delivery_record_many([(claim, ok) for claim in claims])
 print(json.dumps({
     "vendor": connection.vendor,
     "store": type(outbox_store.store()).__name__,
+    "task_store": type(task_store.store()).__name__,
+    "events": list(TaskEvent.objects.order_by("seq").values_list("seq", "kind")),
+    "artifact": task.artifacts.get().parts,
+    "status": task.__class__.objects.get(pk=task.pk).status_message["parts"],
     "headers": sorted(claims[0].headers) if claims else [],
     "outcomes": [o.state for o in outcomes],
     "deliveries": list(Delivery.objects.values_list("state", "attempts")),
@@ -71,6 +82,10 @@ def test_make_runs_embedded_database_claims_signs_and_records(tmp_path):
 
     assert result["vendor"] == "sqlite"
     assert result["store"] == "PortableStore"
+    assert result["task_store"] == "PortableStore"
+    assert result["events"] == [[1, "status"], [2, "status"], [3, "artifact"], [4, "artifact"]]
+    assert result["artifact"] == [{"text": "0"}, {"text": "1"}]
+    assert result["status"] == [{"text": "on it"}]
     assert {"webhook-id", "webhook-signature", "Authorization", "X-A2A-Task-Seq"} <= set(
         result["headers"]
     )

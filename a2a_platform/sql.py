@@ -1,0 +1,44 @@
+"""Prepared raw SQL on Django's connection, for the few hot statements where the ORM's query
+building (and PostgreSQL planning an unprepared statement each time) costs more than the work.
+
+Used by tasks/task_store.py and webhooks/outbox_store.py on PostgreSQL only; both keep an ORM
+twin for the embedded SQLite database.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from django.db import connection, models
+
+M = TypeVar("M", bound=models.Model)
+
+
+def run_prepared(sql: str, params: dict) -> list[tuple]:
+    """Run one statement as a prepared statement (server-side binding) on Django's
+    connection, in its current transaction; its rows (none for a write without RETURNING).
+    Database errors surface as Django's."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        # Not `cursor.description`: it builds a Column object per column, per statement.
+        returned = cursor.pgresult.status == psycopg.pq.ExecStatus.TUPLES_OK
+        return cursor.fetchall() if returned else []
+
+
+def columns(model: type[models.Model], alias: str) -> str:
+    """`alias.col, ...` for every concrete field of `model`, in `from_row`'s order."""
+    return ", ".join(f"{alias}.{f.column}" for f in model._meta.concrete_fields)
+
+
+def from_row(model: type[M], values: tuple) -> M:
+    """A model instance from the values of `columns(model, ...)`, converted as the ORM would
+    (JSON columns arrive as text on Django's connection: its loader leaves them to the field)."""
+    fields = model._meta.concrete_fields
+    converted = [
+        f.from_db_value(value, None, connection) if hasattr(f, "from_db_value") else value
+        for f, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
