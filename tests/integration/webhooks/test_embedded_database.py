@@ -67,11 +67,13 @@ def test_make_runs_embedded_database_claims_signs_and_records(tmp_path):
         "A2A_VAR_DIR": str(tmp_path),
         "A2A_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
     }
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=300)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    elsewhere = tmp_path / "cwd"  # the broker writes under A2A_VAR_DIR, never where it started
+    elsewhere.mkdir()
+    subprocess.run([*manage, "migrate", "-v0"], cwd=elsewhere, env=env, check=True, timeout=300)
     done = subprocess.run(
         [*manage, "shell", "-c", SCRIPT],
-        cwd=ROOT,
+        cwd=elsewhere,
         env=env,
         check=True,
         timeout=120,
@@ -93,3 +95,5 @@ def test_make_runs_embedded_database_claims_signs_and_records(tmp_path):
     assert result["deliveries"] == [["delivered", 1]]
     assert result["attempts"] == [[1, 200]]
     assert result["again"] == 0
+    assert list(elsewhere.iterdir()) == []
+    assert list((tmp_path / "broker" / "control").glob("*.exchange"))
