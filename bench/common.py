@@ -105,32 +105,6 @@ class Procs:
             time.sleep(0.2)
         raise RuntimeError("web did not start")
 
-    def worker(self, database_url: str, concurrency: int = 2) -> None:
-        self.start(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "a2a_platform",
-                "worker",
-                "-Q",
-                "agents",
-                "-c",
-                str(concurrency),
-                "--without-gossip",
-                "--without-mingle",
-                "-l",
-                "INFO",
-            ],
-            platform_env(database_url, LOG_LEVEL="INFO"),
-        )
-        log = ROOT / "var" / "bench" / f"celery-{len(self.procs) - 1}.log"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if log.exists() and " ready." in log.read_text(errors="replace"):
-                return
-            time.sleep(0.2)
-        raise RuntimeError("worker did not start; see var/bench/")
-
     def celery_worker(
         self,
         database_url: str,
@@ -151,6 +125,14 @@ class Procs:
         if wait:
             self.wait_ready(proc, name)
         return proc
+
+    def beat(self, database_url: str, name: str = "beat", **extra_env: str) -> subprocess.Popen:
+        """celery beat on the database scheduler, with the schedules `sync_schedules` writes."""
+        manage(database_url, "sync_schedules")
+        cmd = [str(BIN / "celery"), "-A", "a2a_platform", "beat", "-l", "INFO"]
+        cmd += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
+        cmd += ["--schedule", str(ROOT / "var" / "bench" / f"{name}-schedule")]
+        return self.start(cmd, platform_env(database_url, **extra_env), name=name)
 
     def wait_ready(self, proc: subprocess.Popen, name: str, timeout: float = 60) -> None:
         log = ROOT / "var" / "bench" / f"{name}.log"

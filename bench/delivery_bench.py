@@ -632,12 +632,8 @@ class Sweeper:
     NAME = "dw-heartbeat"
 
     def __init__(self, procs: Procs, db: str) -> None:
-        common.manage(db, "sync_schedules")
         procs.celery_worker(db, self.NAME, queues="heartbeat", pool="threads", concurrency=2)
-        cmd = [str(BIN / "celery"), "-A", "a2a_platform", "beat", "-l", "INFO"]
-        cmd += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
-        cmd += ["--schedule", str(LOG_DIR / "celerybeat-schedule")]
-        procs.start(cmd, platform_env(db, **ALLOWED), name="dw-beat")
+        procs.beat(db, "dw-beat", **ALLOWED)
         self.mark = 0
 
     def start_window(self) -> None:

@@ -1,7 +1,9 @@
 """Protocol throughput and latency (figures, never assertions).
 
-Starts a fresh PostgreSQL database, one uvicorn web process and a Celery worker (echo agent),
-then drives load from a separate process on loopback with `wrk` (Debian package `wrk`):
+Starts a fresh PostgreSQL database, one uvicorn web process, a Celery worker on every queue
+(the echo agent's executor, deliveries, heartbeats) and beat, waits until the platform is
+ready (the card is served only then), then drives load from a separate process on loopback
+with `wrk` (Debian package `wrk`):
 
     .venv/bin/python bench/protocol_bench.py [--duration 10] [--web-workers 1]
 
@@ -92,6 +94,18 @@ def drain_queue(db: str, timeout: float = 120) -> None:
             time.sleep(0.5)
 
 
+def wait_ready(base: str, timeout: float = 60) -> None:
+    """Until /readyz answers 200 (the first heartbeat has proved the worker end to end)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+            return
+        time.sleep(0.5)
+    sys.exit(f"the platform did not become ready: {httpx.get(f'{base}/readyz').text}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=8.0)
@@ -120,8 +134,10 @@ def main() -> None:
     port = free_port()
     try:
         procs.web(db, port, workers=args.web_workers)
-        procs.worker(db, concurrency=2)
+        procs.celery_worker(db, "pw", queues="agents,webhooks,heartbeat", concurrency=2)
+        procs.beat(db)
         base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
         print(
             f"# protocol bench: {os.cpu_count()} cores shared by wrk, web (x{args.web_workers})"
             f", worker and PostgreSQL; {args.duration:.0f} s per run"
