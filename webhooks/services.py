@@ -41,6 +41,9 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
 # non-ASCII character would make every delivery of the config fail to be sent).
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+# A config id is a path segment of the REST binding and part of the X-A2A-Binding-Version
+# header: URL-unreserved characters only, and not "." or "..", which clients resolve away.
+_CONFIG_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,255}")
 
 
 def body_bytes(payload: dict[str, Any]) -> str:
@@ -58,8 +61,11 @@ def _validate(config: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
     cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
     if not cfg.url:
         raise InvalidPayload("url", "is required")
-    if len(cfg.id) > 255:
-        raise InvalidPayload("id", "must be at most 255 characters")
+    if cfg.id and not _CONFIG_ID.fullmatch(cfg.id):
+        raise InvalidPayload(
+            "id",
+            "must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - (and not '.' or '..')",
+        )
     if len(cfg.token) > 1024 or not _HEADER_VALUE.fullmatch(cfg.token):
         raise InvalidPayload("token", "must be printable ASCII, at most 1024 characters")
     if cfg.HasField("authentication"):
@@ -162,6 +168,8 @@ def current_bindings(task: Task) -> list[PushBinding]:
 
 
 def current_binding(task: Task, config_id: str) -> PushBinding:
+    if not _CONFIG_ID.fullmatch(config_id):  # never stored (a NUL would not even reach SQL)
+        raise TaskNotFound(task.pk)
     binding = (
         PushBinding.objects.select_related("config")
         .filter(
@@ -180,6 +188,8 @@ def current_binding(task: Task, config_id: str) -> PushBinding:
 def push_config_delete(*, task: Task, config_id: str) -> None:
     """Delete a config: it takes no new deliveries and what it still owes is canceled.
     Idempotent: deleting an unknown or deleted config succeeds."""
+    if not _CONFIG_ID.fullmatch(config_id):  # never stored
+        return
     now = timezone.now()
     with transaction.atomic():
         push = (

@@ -16,7 +16,7 @@ import re
 import socket
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -32,6 +32,7 @@ REASONS = frozenset(
         "loopback",
         "private",
         "link_local",
+        "metadata",
         "cgnat",
         "multicast",
         "broadcast",
@@ -117,6 +118,7 @@ _V6 = ipaddress.IPv6Network
 # table is explicit and `is_global` is only the final net.
 _V4_FORBIDDEN: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
     (_V4("0.0.0.0/8"), "unspecified"),
+    (_V4("168.63.129.16/32"), "metadata"),  # Azure's host endpoint (WireServer): public space
     (_V4("10.0.0.0/8"), "private"),
     (_V4("100.64.0.0/10"), "cgnat"),
     (_V4("127.0.0.0/8"), "loopback"),
@@ -156,6 +158,7 @@ _MESSAGES = {
     "loopback": "is a loopback address",
     "private": "is a private (RFC 1918) address",
     "link_local": "is a link-local address (this includes cloud metadata services)",
+    "metadata": "is a cloud provider's metadata or host service",
     "cgnat": "is a carrier-grade NAT (100.64.0.0/10) address",
     "multicast": "is a multicast address",
     "broadcast": "is the broadcast address",
@@ -253,6 +256,7 @@ def is_allowlisted(ip: str | IPAddress) -> bool:
 # and newline) and a backslash is a path separator to WHATWG parsers but not to urllib: both
 # let two parsers disagree about the host, so neither is accepted anywhere in the URL.
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
+_PRINTABLE_ASCII = "".join(chr(c) for c in range(0x21, 0x7F))
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 _NUMERIC_LABEL = re.compile(r"^(?:[0-9]+|0x[0-9a-f]*)$")
 
@@ -358,6 +362,9 @@ def parse_url(url: str) -> ParsedTarget:
     path_qs = parts.path or "/"
     if parts.query:
         path_qs += "?" + parts.query
+    # A non-ASCII path or query is sent as its UTF-8 percent-encoding (RFC 3987 §3.1, what
+    # browsers do); it could not go on the request line as is.
+    path_qs = quote(path_qs, safe=_PRINTABLE_ASCII)
     return ParsedTarget(
         scheme=scheme, host=host, port=port, path_qs=path_qs, literal=literal is not None
     )

@@ -351,6 +351,8 @@ def _query_params(request: Request) -> dict[str, Any]:
     for key, value in request.query_params.multi_items():
         if key == "A2A-Version":
             continue
+        if "\x00" in key or "\x00" in value:  # as in bodies: PostgreSQL text refuses NUL
+            raise invalid_params(key.replace("\x00", "\\u0000"), "must not contain NUL (U+0000)")
         if key in _INT_QUERY:
             try:
                 params[key] = int(value)

@@ -170,9 +170,11 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
     inline_push = None
     if config.HasField("task_push_notification_config"):
         await _require_push(ctx)
-        inline_push = params["configuration"].get("taskPushNotificationConfig") or params[
-            "configuration"
-        ].get("task_push_notification_config")
+        # The config as the client sent it, even `{}`: push_config_create then names what
+        # is missing (a falsy `or` here dropped an empty config, and the task had no webhook).
+        given = params["configuration"]
+        key = "taskPushNotificationConfig"
+        inline_push = given[key] if key in given else given["task_push_notification_config"]
     # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
     msg = wire.parse_message(params["message"])
     if msg.role != a2a_pb2.ROLE_USER:

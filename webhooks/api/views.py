@@ -93,10 +93,17 @@ def _queryset(params):
         except ValueError:
             raise serializers.ValidationError({"task": "not a task id"}) from None
     if "agent" in params:
-        qs = qs.filter(task__agent__slug=params["agent"])
+        qs = qs.filter(task__agent__slug=_text(params, "agent"))
     if "endpoint" in params:
-        qs = qs.filter(binding__endpoint__origin=params["endpoint"])
+        qs = qs.filter(binding__endpoint__origin=_text(params, "endpoint"))
     return qs
+
+
+def _text(params, name: str) -> str:
+    """A free-text filter; PostgreSQL refuses NUL in text, so it is a 400 here, not a 500."""
+    if "\x00" in params[name]:
+        raise serializers.ValidationError({name: "must not contain NUL characters (U+0000)"})
+    return params[name]
 
 
 class DeliveryList(StaffView):

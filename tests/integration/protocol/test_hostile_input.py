@@ -244,6 +244,14 @@ def test_rest_query_types_are_checked(wire, default_agent):
         assert resp.json()["error"]["details"][0]["reason"] == "INVALID_PARAMS"
 
 
+def test_nul_in_a_rest_query_is_invalid_params_not_a_500(wire, default_agent):
+    for query in ["contextId=a%00b", "a%00=1", "pageToken=%00"]:
+        resp = wire.request("GET", f"/tasks?{query}")
+        assert resp.status_code == 400, (query, resp.text)
+        assert resp.json()["error"]["details"][0]["reason"] == "INVALID_PARAMS"
+    assert wire.request("GET", "/tasks/a%00b").status_code == 404
+
+
 def test_wrong_version_header(wire, default_agent):
     for version in ["2.0", "0.2", "banana"]:
         resp = wire.request(

@@ -22,6 +22,7 @@ from tasks.states import TaskState
 from tests.factories import user_message
 from webhooks.delivery import delivery_claim_head, delivery_record
 from webhooks.models import Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
+from webhooks.ssrf import parse_url
 from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
@@ -371,6 +372,56 @@ def test_values_that_cannot_travel_in_a_header_are_refused(wire, agent, key, con
     assert _row_counts() == (0, 0, 0, 0)
 
 
+@pytest.mark.parametrize(
+    "config_id",
+    ["r\u00e9union", "a\nb", "a/b", "a:b", "a b", "a%00b", ".", "..", "x" * 256],
+)
+def test_config_ids_that_cannot_travel_in_a_path_or_header_are_refused(wire, agent, key, config_id):
+    """The id is a path segment of the REST binding and part of X-A2A-Binding-Version: an id
+    a client could not address, or a header could not carry, is refused, not dead-lettered
+    at every send."""
+    task_id = _new_task(wire, key)
+    error = _create(wire, task_id, key, id=config_id)["error"]
+    assert error["code"] == -32602
+    assert _violation(error) == "id"
+    assert _row_counts() == (0, 0, 0, 0)
+
+
+def test_every_accepted_config_id_is_addressable_over_rest(wire, agent, key):
+    task_id = _new_task(wire, key)
+    for config_id in ["Hook-1.v2_~", "...", "x" * 255]:
+        assert _create(wire, task_id, key, id=config_id)["result"]["id"] == config_id
+        path = f"/tasks/{task_id}/pushNotificationConfigs/{config_id}"
+        got = wire.request("GET", path, headers=_auth(key))
+        assert got.status_code == 200, (config_id, got.text)
+        assert got.json()["id"] == config_id
+        assert wire.request("DELETE", path, headers=_auth(key)).status_code == 200
+    assert not PushConfig.objects.filter(deleted_at__isnull=True).exists()
+
+
+def test_hostile_config_ids_in_rest_paths_are_not_found(wire, agent, key):
+    """A NUL (or anything never stored) in the path is an unknown config, never a 500."""
+    task_id = _new_task(wire, key)
+    _create(wire, task_id, key, id="mine")
+    before = _row_counts()
+    for segment in ["a%00b", "%C3%A9", "%0A"]:
+        path = f"/tasks/{task_id}/pushNotificationConfigs/{segment}"
+        got = wire.request("GET", path, headers=_auth(key))
+        assert got.status_code == 404, (segment, got.text)
+        assert got.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
+        assert wire.request("DELETE", path, headers=_auth(key)).status_code == 200  # idempotent
+    assert _row_counts() == before
+
+
+def test_a_non_ascii_url_path_is_accepted_and_sent_percent_encoded(wire, agent, key):
+    task_id = _new_task(wire, key)
+    url = "https://hooks.example.org/h\u00fck?q=\u00fc"
+    assert _create(wire, task_id, key, url=url)["result"]["url"] == url
+    claim = delivery_claim_head(config_pk=PushConfig.objects.get().pk)
+    assert claim.url == url
+    assert parse_url(claim.url).path_qs == "/h%C3%BCk?q=%C3%BC"  # the request line's target
+
+
 def test_loopback_is_accepted_when_allowlisted(wire, agent, key, settings):
     settings.A2A_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     task_id = _new_task(wire, key)
@@ -449,6 +500,19 @@ def test_inline_config_is_written_with_the_task(wire, agent, key):
         "ListTaskPushNotificationConfigs", {"taskId": task["id"]}, headers=_auth(key)
     )["result"]["configs"]
     assert listed == [{"id": push.config_id, "taskId": task["id"], "url": HOOK, "token": TOKEN}]
+
+
+def test_an_empty_inline_config_is_refused_not_dropped(wire, agent, key):
+    """`taskPushNotificationConfig: {}` names no URL: the send fails and writes nothing (it
+    used to open the task without a webhook)."""
+    params = {
+        "message": user_message("hi"),
+        "configuration": {"returnImmediately": True, "taskPushNotificationConfig": {}},
+    }
+    error = wire.rpc("SendMessage", params, headers=_auth(key))["error"]
+    assert (error["code"], _violation(error)) == (-32602, "url")
+    assert Task.objects.count() == 0
+    assert _row_counts() == (0, 0, 0, 0)
 
 
 def test_replayed_send_message_does_not_create_a_second_config(wire, agent, key):

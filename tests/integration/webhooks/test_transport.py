@@ -264,6 +264,12 @@ def test_post_str_body_is_sent_as_utf8(receiver, allow_loopback):
     assert receiver.requests[0].body == '{"a":"é"}'.encode()
 
 
+def test_post_sends_a_non_ascii_query_percent_encoded(receiver, allow_loopback):
+    result = post(receiver.url("/ok?q=\u00fc&r=\u2713"), b"{}", {}, timeout=5)
+    assert result.status == 200
+    assert [r.path for r in receiver.requests] == ["/ok?q=%C3%BC&r=%E2%9C%93"]
+
+
 def test_post_500_is_a_value(receiver, allow_loopback):
     result = post(receiver.url("/fail"), b"{}", {}, timeout=5)
     assert result.status == 500

@@ -13,7 +13,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from webhooks import ssrf
-from webhooks.ssrf import ParsedTarget, UnsafeDestination, check_address, check_url
+from webhooks.ssrf import ParsedTarget, UnsafeDestination, check_address, check_url, parse_url
 
 PUBLIC_V4 = "93.184.215.14"
 PUBLIC_V6 = "2606:4700:4700::1111"
@@ -99,6 +99,8 @@ REFUSED_ADDRESSES = [
     ("fc00::1", "unique_local"),
     ("fd12:3456::1", "unique_local"),
     ("fd00:ec2::254", "unique_local"),  # AWS metadata over IPv6
+    ("168.63.129.16", "metadata"),  # Azure's host endpoint, in public space
+    ("::ffff:168.63.129.16", "metadata"),
     ("fec0::1", "site_local"),
     ("ff02::1", "multicast"),
     ("ff0e::1", "multicast"),
@@ -422,3 +424,9 @@ def test_unsafe_destination_str_is_the_message():
     assert exc.reason == "loopback"
     assert str(exc) == exc.message
     assert "127.0.0.1" in str(exc)
+
+
+def test_parse_url_percent_encodes_a_non_ascii_path_and_query_only():
+    target = parse_url("https://hooks.example.org/h\u00fck/%41?q=\u00fc&x=%20")
+    assert target.path_qs == "/h%C3%BCk/%41?q=%C3%BC&x=%20"  # existing escapes kept as sent
+    assert parse_url("https://hooks.example.org/a?b=c").path_qs == "/a?b=c"
