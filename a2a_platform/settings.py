@@ -240,6 +240,8 @@ A2A_WEBHOOK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_TIMEOUT_SECONDS", default=1
 # delays it by that much, then the sweeper hands it to another worker.
 A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS", default=30)
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
+# A registration's DNS lookup of its URL's host gets this long (its owner's DNS decides).
+A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS", default=5)
 # Sends in flight to one endpoint (origin) across all workers: half a pump's window, so one
 # receiver that starts hanging holds at most half of it until its first failure is recorded.
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=32)

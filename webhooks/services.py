@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,7 +58,20 @@ def normalize_origin(url: str) -> str:
     return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
-def _validate(config: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
+@dataclass(frozen=True)
+class CheckedConfig:
+    """A push config `push_config_check` accepted: valid, and its URL's host resolved to
+    addresses the SSRF policy permits."""
+
+    cfg: a2a_pb2.TaskPushNotificationConfig
+
+
+def push_config_check(config: dict[str, Any]) -> CheckedConfig:
+    """Validate a push config and check its URL. Raises InvalidPayload.
+
+    This resolves the URL's host, whose owner decides how long that takes: call it outside
+    any transaction (the protocol runs it off its ORM threads, with a deadline:
+    a2a_platform/protocol/operations.py)."""
     cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
     if not cfg.url:
         raise InvalidPayload("url", "is required")
@@ -80,7 +94,7 @@ def _validate(config: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
         check_url(cfg.url)
     except UnsafeDestination as exc:
         raise InvalidPayload("url", str(exc)) from None
-    return cfg
+    return CheckedConfig(cfg)
 
 
 def _snapshot_body(task: Task) -> str:
@@ -88,15 +102,19 @@ def _snapshot_body(task: Task) -> str:
     return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
 
 
-def push_config_create(*, task: Task, config: dict[str, Any], issuer: str = "") -> PushBinding:
+def push_config_create(
+    *, task: Task, config: CheckedConfig | dict[str, Any], issuer: str = ""
+) -> PushBinding:
     """Register a webhook for a task: binding version 1, or n+1 for an existing config id.
 
     One transaction with the task row locked: the binding, its endpoint row, and a snapshot
     delivery (a `task` StreamResponse of the task as it is now). Older versions are retired:
     they take no new deliveries, but what they already owe is still delivered through them.
-    Raises InvalidPayload (bad or unsafe URL, too many configs) and TaskNotFound.
+    A dict is checked here first (`push_config_check`, which resolves DNS). Raises
+    InvalidPayload (bad or unsafe URL, too many configs) and TaskNotFound.
     """
-    cfg = _validate(config)
+    checked = config if isinstance(config, CheckedConfig) else push_config_check(config)
+    cfg = checked.cfg
     now = timezone.now()
     with transaction.atomic():
         task = lock_task(task.pk)

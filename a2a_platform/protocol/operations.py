@@ -8,6 +8,7 @@ connection.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -167,14 +168,14 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
         raise invalid_params("message", "is required")
     config = req.configuration
     history_length = _history_length(config) if req.HasField("configuration") else None
-    inline_push = None
+    raw_push = None
     if config.HasField("task_push_notification_config"):
         await _require_push(ctx)
-        # The config as the client sent it, even `{}`: push_config_create then names what
+        # The config as the client sent it, even `{}`: push_config_check then names what
         # is missing (a falsy `or` here dropped an empty config, and the task had no webhook).
         given = params["configuration"]
         key = "taskPushNotificationConfig"
-        inline_push = given[key] if key in given else given["task_push_notification_config"]
+        raw_push = given[key] if key in given else given["task_push_notification_config"]
     # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
     msg = wire.parse_message(params["message"])
     if msg.role != a2a_pb2.ROLE_USER:
@@ -183,7 +184,7 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
     _check_input_parts(ctx, msg)
     request_hash = _request_hash(params) if ctx.principal != ANONYMOUS else None
     metadata = json_format.MessageToDict(req.metadata) if req.HasField("metadata") else None
-
+    inline_push = None if raw_push is None else await _checked_push_config(raw_push)
     issuer = _card_url(ctx)
 
     def write():
@@ -202,9 +203,7 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
                 card_version_id=_card_version_id(ctx.agent),
             )
             if inline_push is not None and not result.replayed:
-                push_config_create(
-                    task=result.task, config=_config_params(inline_push), issuer=issuer
-                )
+                push_config_create(task=result.task, config=inline_push, issuer=issuer)
             written = None
             if render_snapshot and not result.replayed:
                 written = _written_snapshot(result, history_length)
@@ -431,6 +430,22 @@ def _config_params(params: Params) -> Params:
     return {k: v for k, v in params.items() if k not in ("tenant", "taskId")}
 
 
+async def _checked_push_config(params: Params):
+    """`push_config_check` before any ORM call: resolving the URL's host takes as long as its
+    owner's DNS lets it, so it holds a thread of asyncio's default pool (never an ORM thread
+    or an open transaction), and a lookup past A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS refuses the
+    registration (the lookup finishes unwaited)."""
+    from webhooks.services import push_config_check
+
+    timeout = settings.A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(push_config_check, _config_params(params)), timeout
+        )
+    except TimeoutError:
+        raise invalid_params("url", f"its host did not resolve within {timeout:g} s") from None
+
+
 async def create_push_config(ctx: Ctx, params: Params) -> dict:
     from webhooks.services import push_config_create, push_config_json
 
@@ -438,11 +453,12 @@ async def create_push_config(ctx: Ctx, params: Params) -> dict:
     req = parse_request(params, a2a_pb2.TaskPushNotificationConfig)
     if not req.task_id:
         raise invalid_params("taskId", "is required")
+    checked = await _checked_push_config(params)
     issuer = _card_url(ctx)
 
     def write():
         task = _visible_task(ctx, req.task_id)
-        binding = push_config_create(task=task, config=_config_params(params), issuer=issuer)
+        binding = push_config_create(task=task, config=checked, issuer=issuer)
         return push_config_json(binding)
 
     return await orm(write)

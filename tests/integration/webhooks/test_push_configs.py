@@ -9,6 +9,8 @@ the test host names.
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 
 import pytest
@@ -20,6 +22,7 @@ from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import user_message
+from webhooks import ssrf
 from webhooks.delivery import delivery_claim_head, delivery_record
 from webhooks.models import Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
 from webhooks.ssrf import parse_url
@@ -420,6 +423,45 @@ def test_a_non_ascii_url_path_is_accepted_and_sent_percent_encoded(wire, agent, 
     claim = delivery_claim_head(config_pk=PushConfig.objects.get().pk)
     assert claim.url == url
     assert parse_url(claim.url).path_qs == "/h%C3%BCk?q=%C3%BC"  # the request line's target
+
+
+@pytest.fixture
+def slow_dns(monkeypatch):
+    """slow.example.org takes 2 s to resolve; every lookup notes the thread it ran on."""
+    threads: list[str] = []
+    fast = ssrf.resolve
+
+    def resolve(host: str, port: int) -> list[str]:
+        threads.append(threading.current_thread().name)
+        if host == "slow.example.org":
+            time.sleep(2)
+        return fast(host, port)
+
+    monkeypatch.setattr(ssrf, "resolve", resolve)
+    return threads
+
+
+def test_registration_resolves_dns_off_the_orm_threads(wire, agent, key, slow_dns):
+    """The URL's owner controls how long its lookup takes: it never holds one of the few
+    ORM threads (or, for an inline config, SendMessage's open transaction)."""
+    task_id = _new_task(wire, key)
+    assert "result" in _create(wire, task_id, key)
+    assert "result" in _send_with_push(wire, key, user_message("hi"))
+    assert len(slow_dns) == 2
+    assert not any(name.startswith("orm") for name in slow_dns), slow_dns
+
+
+def test_a_lookup_past_the_deadline_refuses_the_registration(wire, agent, key, slow_dns, settings):
+    settings.A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS = 0.2
+    task_id = _new_task(wire, key)
+    tasks = Task.objects.count()
+    error = _create(wire, task_id, key, url="https://slow.example.org/hook")["error"]
+    assert (error["code"], _violation(error)) == (-32602, "url")
+    assert "did not resolve within 0.2 s" in error["data"][1]["fieldViolations"][0]["description"]
+    inline = _send_with_push(wire, key, user_message("x"), url="https://slow.example.org/h")
+    assert _violation(inline["error"]) == "url"
+    assert Task.objects.count() == tasks
+    assert _row_counts() == (0, 0, 0, 0)
 
 
 def test_loopback_is_accepted_when_allowlisted(wire, agent, key, settings):
