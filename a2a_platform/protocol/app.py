@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -61,6 +62,13 @@ def _as_protocol_error(exc: Exception) -> ProtocolError:
     return ProtocolError(INTERNAL, "internal error")
 
 
+def _host_allowed(request: Request) -> bool:
+    if settings.A2A_PUBLIC_BASE_URL:  # URLs come from the setting, whatever the Host says
+        return True
+    host = request.headers.get("host") or request.url.netloc
+    return validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS)
+
+
 def _origin(request: Request) -> str:
     if settings.A2A_PUBLIC_BASE_URL:
         return settings.A2A_PUBLIC_BASE_URL.rstrip("/")
@@ -84,7 +92,12 @@ def _requested_version(request: Request) -> str | None:
 
 async def handle(route: Route, scope, receive, send) -> None:
     request = Request(scope, receive)
-    if route.name == "jsonrpc":
+    if not _host_allowed(request):
+        # As Django answers its own views: URLs built from this Host (the card's interfaces,
+        # a webhook JWT's issuer) must not be the client's choice.
+        refusal = ProtocolError(INVALID_REQUEST, "the request's Host is not in ALLOWED_HOSTS")
+        response = _rest_error(refusal, legacy=route.legacy)
+    elif route.name == "jsonrpc":
         response = await _jsonrpc(request, route)
     elif route.name == "card":
         response = await _card(request, route)

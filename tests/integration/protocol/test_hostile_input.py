@@ -362,3 +362,25 @@ def test_required_extension_not_activated(wire, transactional_db):
     )
     assert "result" in resp.json()
     assert resp.headers["A2A-Extensions"] == uri
+
+
+def test_a_host_outside_allowed_hosts_is_refused(wire, default_agent, settings):
+    """URLs the protocol answers with (the card's interfaces, a webhook JWT's issuer) are built
+    from the Host: one outside ALLOWED_HOSTS is refused, as Django refuses it on its views."""
+    settings.ALLOWED_HOSTS = ["agents.example.com"]
+    evil = {"Host": "evil.example.net"}
+    for method, path in [("GET", "/.well-known/agent-card.json"), ("GET", "/tasks")]:
+        resp = wire.request(method, path, headers=evil)
+        assert resp.status_code == 400, (path, resp.text)
+        assert "ALLOWED_HOSTS" in resp.json()["error"]["message"]
+    rpc = wire.request("POST", "/", headers=evil, json={"jsonrpc": "2.0", "id": 1})
+    assert rpc.status_code == 400
+    card = wire.request(
+        "GET", "/.well-known/agent-card.json", headers={"Host": "agents.example.com:8443"}
+    )
+    assert card.status_code == 200
+    assert card.json()["supportedInterfaces"][0]["url"].startswith("http://agents.example.com:8443")
+    settings.A2A_PUBLIC_BASE_URL = "https://a2a.example.com"
+    public = wire.request("GET", "/.well-known/agent-card.json", headers=evil)
+    assert public.status_code == 200
+    assert public.json()["supportedInterfaces"][0]["url"].startswith("https://a2a.example.com")
