@@ -1,7 +1,11 @@
 """Operator views of webhook delivery: deliveries with their attempt timeline, replay,
 endpoints (pause/resume), push configs with their binding versions, and alerts."""
 
+import uuid
+
 from django.contrib import admin
+from django.contrib.auth import get_permission_codename
+from django.utils.html import format_html
 
 from webhooks import services
 from webhooks.delivery import delivery_replay
@@ -31,6 +35,14 @@ class ReadOnlyInline(admin.TabularInline):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows change through the services only: no add, change or delete form for anyone.
+
+    Operator actions that write are allowed by the model's change permission, checked by
+    `has_operate_permission` (`@admin.action(permissions=["operate"])`): Django's own
+    `permissions=["change"]` asks `has_change_permission`, which is False here for everyone,
+    and `permissions=["view"]` would let a staff user who may only look pause, resume,
+    resolve and replay."""
+
     def has_add_permission(self, request):
         return False
 
@@ -39,6 +51,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def has_operate_permission(self, request) -> bool:
+        codename = get_permission_codename("change", self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
 
 class AttemptInline(ReadOnlyInline):
@@ -56,11 +72,32 @@ class AttemptInline(ReadOnlyInline):
     verbose_name_plural = "attempt timeline"
 
 
+class TaskFilter(admin.SimpleListFilter):
+    """Deliveries of one task: reached from a row's task link (`?task=<id>`). The side bar
+    offers only the chosen task: one link per task ever delivered would not fit."""
+
+    title = "task"
+    parameter_name = "task"
+
+    def lookups(self, request, model_admin):
+        # Any chosen value, a malformed one too: a filter without choices is not applied.
+        return [(self.value(), self.value())] if self.value() else []
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        try:
+            return queryset.filter(task_id=uuid.UUID(self.value()))
+        except ValueError:
+            return queryset.none()
+
+
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
     list_display = (
         "event_id",
-        "task",
+        "agent",
+        "task_link",
         "seq",
         "kind",
         "state",
@@ -70,13 +107,21 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "endpoint",
         "binding_version",
     )
-    list_filter = ("state", "kind", "task__agent", "binding__endpoint")
+    list_filter = ("state", "kind", "task__agent", TaskFilter, "binding__endpoint")
     search_fields = ("=event_id", "=task__id")
-    list_select_related = ("task", "binding", "binding__endpoint", "binding__config")
+    list_select_related = ("task__agent", "binding__endpoint", "binding__config")
     exclude = ("body",)
     readonly_fields = ("body_preview",)
     inlines = [AttemptInline]
     actions = ["replay"]
+
+    @admin.display(description="agent", ordering="task__agent__slug")
+    def agent(self, obj):
+        return obj.task.agent.slug
+
+    @admin.display(description="task", ordering="task_id")
+    def task_link(self, obj):
+        return format_html('<a href="?task={}">{}</a>', obj.task_id, obj.task_id)
 
     @admin.display(description="endpoint")
     def endpoint(self, obj):
@@ -90,16 +135,18 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def body_preview(self, obj):
         return obj.body[:5000]
 
-    @admin.action(description="Replay selected (dead-lettered or delivered) deliveries")
+    @admin.action(
+        description="Replay selected (dead-lettered or delivered) deliveries",
+        permissions=["operate"],
+    )
     def replay(self, request, queryset):
-        if not request.user.has_perm("webhooks.change_delivery"):
-            self.message_user(request, "you may not replay deliveries", level="error")
-            return
-        count = delivery_replay(
-            delivery_pks=list(queryset.values_list("pk", flat=True)),
-            actor=request.user.get_username(),
+        selected = list(queryset.values_list("pk", flat=True))
+        count = delivery_replay(delivery_pks=selected, actor=request.user.get_username())
+        self.message_user(
+            request,
+            f"{count} of {len(selected)} selected deliveries re-opened (same event ids); "
+            "only dead-lettered or delivered ones of live configs are replayed",
         )
-        self.message_user(request, f"{count} deliveries re-opened (same event ids)")
 
 
 @admin.register(Endpoint)
@@ -116,13 +163,13 @@ class EndpointAdmin(ReadOnlyAdmin):
     search_fields = ("origin",)
     actions = ["pause", "resume"]
 
-    @admin.action(description="Pause (hold deliveries)", permissions=["view"])
+    @admin.action(description="Pause (hold deliveries)", permissions=["operate"])
     def pause(self, request, queryset):
         for endpoint in queryset:
             services.endpoint_pause(endpoint_pk=endpoint.pk, actor=request.user.get_username())
         self.message_user(request, f"paused {queryset.count()} endpoint(s)")
 
-    @admin.action(description="Resume (deliver what is held)", permissions=["view"])
+    @admin.action(description="Resume (deliver what is held)", permissions=["operate"])
     def resume(self, request, queryset):
         for endpoint in queryset:
             services.endpoint_resume(endpoint_pk=endpoint.pk, actor=request.user.get_username())
@@ -148,7 +195,7 @@ class AlertAdmin(ReadOnlyAdmin):
     list_filter = ("kind", "resolved_at")
     actions = ["resolve"]
 
-    @admin.action(description="Mark resolved", permissions=["view"])
+    @admin.action(description="Mark resolved", permissions=["operate"])
     def resolve(self, request, queryset):
         for alert in queryset:
             services.alert_resolve(alert_pk=alert.pk, actor=request.user.get_username())

@@ -1,4 +1,7 @@
-"""Delivery API for integrators (staff token): list, inspect and replay deliveries."""
+"""Delivery API for integrators (staff token): list, inspect and replay deliveries.
+
+Staff need the delivery permissions the admin asks for: view to list and inspect, change to
+replay."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import uuid
 from rest_framework import serializers, status
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import IsAdminUser
+from rest_framework.permissions import SAFE_METHODS, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -67,9 +70,20 @@ class DeliveryDetailSerializer(DeliverySerializer):
         fields = [*DeliverySerializer.Meta.fields, "attempts_log"]
 
 
+class DeliveryPermission(IsAdminUser):
+    """Staff with the admin's permissions on deliveries: view to read, change to replay (the
+    same rule as the admin's actions)."""
+
+    def has_permission(self, request, view) -> bool:
+        action = "view" if request.method in SAFE_METHODS else "change"
+        return super().has_permission(request, view) and request.user.has_perm(
+            f"webhooks.{action}_delivery"
+        )
+
+
 class StaffView(APIView):
     authentication_classes = [TokenAuthentication]
-    permission_classes = [IsAdminUser]
+    permission_classes = [DeliveryPermission]
 
 
 class Pages(CursorPagination):

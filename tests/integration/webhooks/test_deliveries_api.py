@@ -1,21 +1,50 @@
-"""`/api/v1/deliveries/` refuses hostile filters with a 400 naming the filter (never a 500)."""
+"""`/api/v1/deliveries/`: the admin's delivery permissions decide who may read and replay,
+and hostile filters are a 400 naming the filter (never a 500)."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from webhooks.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff_client() -> APIClient:
-    user = get_user_model().objects.create_user("ops", is_staff=True)
+def _client(name: str, *perms: str, staff: bool = True) -> APIClient:
+    user = get_user_model().objects.create_user(name, is_staff=staff)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     return client
+
+
+@pytest.fixture
+def staff_client() -> APIClient:
+    return _client("ops", "view_delivery")
+
+
+def test_reading_needs_view_and_replaying_needs_change_on_deliveries():
+    replay = {"ids": ["00000000-0000-0000-0000-000000000001"]}
+    nobody = _client("nobody", "view_delivery", "change_delivery", staff=False)
+    idle = _client("idle")
+    viewer = _client("viewer", "view_delivery")
+    operator = _client("operator", "view_delivery", "change_delivery")
+    for client in (nobody, idle):
+        assert client.get("/api/v1/deliveries/").status_code == 403
+        assert client.post("/api/v1/deliveries/replay", replay, format="json").status_code == 403
+    assert viewer.get("/api/v1/deliveries/").status_code == 200
+    assert viewer.post("/api/v1/deliveries/replay", replay, format="json").status_code == 403
+    answer = operator.post("/api/v1/deliveries/replay", replay, format="json")
+    assert answer.status_code == 200
+    assert answer.json() == {"replayed": 0, "requested": 1}
+    # Only the operator's call was audited: the refused ones never reached the service.
+    assert list(OperatorAction.objects.values_list("actor", "action")) == [
+        ("api:operator", "replay_deliveries")
+    ]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
 from agents.signing import jwks
@@ -51,6 +52,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 TOKEN = "notification-token-1"
 HUNG_TIMEOUT = 5
+
+DELIVERY_PERMS = ("view_delivery", "change_delivery")
 
 
 @pytest.fixture(autouse=True)
@@ -263,13 +266,17 @@ def test_404_is_dead_lettered_with_an_alert_then_replayed_through_the_api_with_t
 
     receiver.behave(status=200)
     user_model = get_user_model()
-    staff = Token.objects.create(user=user_model.objects.create_user("ops", is_staff=True))
+    ops = user_model.objects.create_user("ops", is_staff=True)
+    ops.user_permissions.add(*Permission.objects.filter(codename__in=DELIVERY_PERMS))
+    staff = Token.objects.create(user=ops)
     clerk = Token.objects.create(user=user_model.objects.create_user("clerk"))
+    idle = Token.objects.create(user=user_model.objects.create_user("idle", is_staff=True))
     replay = f"{web.url}/api/v1/deliveries/replay"
-    refused = httpx.post(
-        replay, json={"ids": ids}, headers={"Authorization": f"Token {clerk.key}"}, timeout=10
-    )
-    assert refused.status_code == 403
+    for token in (clerk, idle):  # not staff; staff without the delivery permissions
+        refused = httpx.post(
+            replay, json={"ids": ids}, headers={"Authorization": f"Token {token.key}"}, timeout=10
+        )
+        assert refused.status_code == 403
     assert {d.state for d in deliveries(config)} == {DeliveryState.DEAD}
     answer = httpx.post(
         replay, json={"ids": ids}, headers={"Authorization": f"Token {staff.key}"}, timeout=10
