@@ -1,0 +1,152 @@
+"""What a real delivery carries: the config's own credentials, and a signature by every live
+key during a signing-key rotation.
+
+A real worker process (tests.webhook_checks.start_worker) delivers to a real receiver process
+(tests.webhook_receiver). The agent's executor is external, so the test itself moves the task
+(through the lifecycle services) and decides when each event is written.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.signing import ensure_signing_key, jwks, signing_key_retire, signing_key_rotate
+from tasks import services
+from tasks.states import TaskState
+from tests.webhook_checks import (
+    assert_delivered,
+    assert_in_order,
+    configure,
+    deliveries,
+    open_task,
+    start_worker,
+    wait_all,
+)
+from tests.webhook_receiver import Record
+from webhooks.models import DeliveryAttempt
+from webhooks.receiver import VerificationError, WebhookVerifier
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+ROOT_JWKS = "/.well-known/jwks.json"
+
+
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings):
+    configure(settings)
+
+
+def finish(task) -> None:
+    services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+    services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+
+
+def signatures(record: Record) -> list[str]:
+    return record.header("webhook-signature").split()
+
+
+# (authentication, the Authorization header the receiver must get)
+EXPLICIT = {
+    "basic": ({"scheme": "Basic", "credentials": "xyz"}, "Basic xyz"),
+    "custom": ({"scheme": "X-Hook-Key", "credentials": "k3y-0f-hook"}, "X-Hook-Key k3y-0f-hook"),
+    # Bearer with credentials of the client's: sent as given, not replaced by our JWT.
+    "bearer": ({"scheme": "Bearer", "credentials": "opaque-t0ken"}, "Bearer opaque-t0ken"),
+}
+
+
+def test_explicit_credentials_reach_the_receiver_and_are_not_stored_with_the_attempts(
+    agent, procs, receivers
+):
+    receiver = receivers.start()
+    start_worker(procs)
+    task, configs = open_task(
+        agent,
+        "hello",
+        *[
+            {"id": name, "url": receiver.url, "authentication": auth}
+            for name, (auth, _) in EXPLICIT.items()
+        ],
+    )
+    finish(task)
+    for config in configs:
+        wait_all(config, timeout=20)
+
+    verifier = WebhookVerifier(jwks=jwks(agent))
+    for config in configs:
+        _, expected = EXPLICIT[config.config_id]
+        event_ids = [str(d.event_id) for d in deliveries(config)]
+        records = [r for r in receiver.records() if r.webhook_id in event_ids]
+        assert [r.header("x-a2a-event-kind") for r in records] == ["snapshot", "status", "status"]
+        assert_in_order(records, event_ids)
+        for record in records:
+            assert record.header("authorization") == expected
+            assert record.header("x-a2a-binding-version") == f"{config.config_id}.v1"
+            verified = verifier.verify(record.headers, record.body)
+            assert verified.jwt_claims is None  # the client's credentials, not our JWT
+            assert verified.event_id == record.webhook_id
+
+        attempts = DeliveryAttempt.objects.filter(delivery__config=config)
+        assert attempts.count() == len(event_ids)
+        for attempt in attempts:
+            assert attempt.status == 200
+            assert attempt.request_headers["Authorization"] == "<redacted>"
+            assert attempt.request_headers["webhook-id"] in event_ids  # the real headers
+        stored = json.dumps(list(attempts.values_list("request_headers", flat=True)))
+        assert expected.split(" ", 1)[1] not in stored
+
+
+def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_live_key(
+    agent, wire, procs, receivers
+):
+    """One key signs; after a rotation the active and the retiring key both sign (two `v1a`
+    entries, each verifying against the published JWKS, so a receiver that knows only one of
+    the keys still accepts); once the old key is retired only the new one signs."""
+    assert agent.is_default  # its JWKS is published at the origin root too
+    old = ensure_signing_key(agent)
+    receiver = receivers.start()
+    start_worker(procs)
+    task, (config,) = open_task(agent, "hello", {"url": receiver.url})
+    (before,) = receiver.wait_for(lambda rs: len(rs) == 1, timeout=20, message="the snapshot")
+    assert signatures(before)[0].startswith("v1a,")
+    assert len(signatures(before)) == 1
+    assert before.header("x-a2a-signature-key-ids") == old.kid
+
+    new = signing_key_rotate(agent=agent)
+    published = wire.request("GET", ROOT_JWKS).json()
+    assert [key["kid"] for key in published["keys"]] == [new.kid, old.kid]
+    services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+    during = receiver.wait_for(lambda rs: len(rs) == 2, timeout=20, message="the rotated")[1]
+
+    entries = signatures(during)
+    assert len(entries) == 2, entries
+    assert all(entry.startswith("v1a,") for entry in entries)
+    assert len(set(entries)) == 2
+    assert during.header("x-a2a-signature-key-ids").split() == [new.kid, old.kid]
+    # Each entry on its own verifies against the published JWKS, by the key the hint names.
+    verifier = WebhookVerifier(jwks=published)
+    signed_by = [
+        verifier.verify({**during.headers, "webhook-signature": entry}, during.body).key_id
+        for entry in entries
+    ]
+    assert signed_by == [new.kid, old.kid]
+    # A receiver that has only fetched one of the keys accepts the delivery either way.
+    for jwk in published["keys"]:
+        one_key = WebhookVerifier(jwks={"keys": [jwk]})
+        assert one_key.verify(during.headers, during.body).key_id == jwk["kid"]
+
+    signing_key_retire(key_id=old.pk)
+    services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+    after = receiver.wait_for(lambda rs: len(rs) == 3, timeout=20, message="the last")[2]
+    assert len(signatures(after)) == 1
+    assert after.header("x-a2a-signature-key-ids") == new.kid
+    assert [key["kid"] for key in wire.request("GET", ROOT_JWKS).json()["keys"]] == [new.kid]
+    old_only = WebhookVerifier(jwks={"keys": [published["keys"][1]]})
+    with pytest.raises(VerificationError) as refused:
+        old_only.verify(after.headers, after.body)
+    assert refused.value.reason == "signature"
+
+    wait_all(config, timeout=20)
+    # Every delivery verifies against the JWKS published during the rotation (both keys).
+    assert_delivered(receiver, config, agent, jwks_doc=published)
