@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 from django.db import connection, transaction
 
-from tasks.models import Task, TaskEvent
+from tasks.models import Artifact, Message, Task, TaskEvent
+from tasks.task_store import store
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -23,7 +24,16 @@ def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None
     pk = _uuid(task_id)
     if pk is None:
         return None
-    return Task.objects.filter(pk=pk, agent_id=agent_id, owner=owner).first()
+    return store().visible(agent_id, owner, pk)
+
+
+def task_history(task: Task, history_length: int | None) -> list[Message]:
+    """The task's messages in order: all of them (None) or the newest `history_length`."""
+    return store().history(task, history_length)
+
+
+def task_artifacts(task: Task) -> list[Artifact]:
+    return store().artifacts(task)
 
 
 def task_for_agent(*, agent_id: int, task_id: object) -> Task | None:

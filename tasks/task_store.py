@@ -7,7 +7,8 @@ this module only reads and writes the rows, inside the caller's transaction:
   the agent too would make every write to any task of that agent wait for the others);
 - `artifact` / `save_artifact`: one artifact of a task, read, then inserted or replaced;
 - `append_event`: the event row, the task row's lifecycle fields (state, status, last seq,
-  updated_at) and the NOTIFY of the event hub (tasks/notify.py).
+  updated_at) and the NOTIFY of the event hub (tasks/notify.py);
+- `visible`, `history`, `artifacts`: the reads of a task snapshot (GetTask's whole work).
 
 `PostgresStore` is what production runs: each step is one prepared statement, so an artifact
 event is four round trips with the outbox's write instead of nine ORM statements, each built
@@ -28,7 +29,7 @@ from django.db import connection
 
 from a2a_platform.sql import columns, from_row, run_prepared
 from agents.models import Agent
-from tasks.models import Artifact, Task, TaskEvent
+from tasks.models import Artifact, Message, Task, TaskEvent
 from tasks.notify import CHANNEL, notify_task_event
 
 # The task fields a lifecycle write may change (the rest are set when the task opens).
@@ -68,6 +69,30 @@ def _artifact_sql() -> str:
     return (
         f"SELECT {columns(Artifact, 'x')} FROM tasks_artifact x "
         "WHERE x.task_id = %(task)s AND x.artifact_id = %(artifact)s"
+    )
+
+
+@functools.cache
+def _visible_sql() -> str:
+    return (
+        f"SELECT {columns(Task, 't')} FROM tasks_task t "
+        "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
+    )
+
+
+@functools.cache
+def _history_sql() -> str:
+    return (
+        f"SELECT {columns(Message, 'm')} FROM tasks_message m WHERE m.task_id = %(task)s "
+        "ORDER BY m.id DESC LIMIT %(limit)s"
+    )
+
+
+@functools.cache
+def _artifacts_sql() -> str:
+    return (
+        f"SELECT {columns(Artifact, 'x')} FROM tasks_artifact x "
+        "WHERE x.task_id = %(task)s ORDER BY x.id"
     )
 
 
@@ -119,6 +144,22 @@ class PostgresStore:
     def artifact(self, task: Task, artifact_id: str) -> Artifact | None:
         rows = run_prepared(_artifact_sql(), {"task": task.pk, "artifact": artifact_id})
         return from_row(Artifact, rows[0]) if rows else None
+
+    def visible(self, agent_pk: int, owner: str, task_pk: uuid.UUID) -> Task | None:
+        rows = run_prepared(_visible_sql(), {"task": task_pk, "agent": agent_pk, "owner": owner})
+        return from_row(Task, rows[0]) if rows else None
+
+    def history(self, task: Task, limit: int | None) -> list[Message]:
+        rows = run_prepared(_history_sql(), {"task": task.pk, "limit": limit})
+        messages = [from_row(Message, row) for row in reversed(rows)]
+        for message in messages:
+            message.task = task
+        return messages
+
+    def artifacts(self, task: Task) -> list[Artifact]:
+        return [
+            from_row(Artifact, row) for row in run_prepared(_artifacts_sql(), {"task": task.pk})
+        ]
 
     def save_artifact(self, artifact: Artifact, now: datetime) -> None:
         ((pk, created_at),) = run_prepared(
@@ -174,6 +215,19 @@ class PortableStore:
 
     def artifact(self, task: Task, artifact_id: str) -> Artifact | None:
         return Artifact.objects.filter(task=task, artifact_id=artifact_id).first()
+
+    def visible(self, agent_pk: int, owner: str, task_pk: uuid.UUID) -> Task | None:
+        return Task.objects.filter(pk=task_pk, agent_id=agent_pk, owner=owner).first()
+
+    def history(self, task: Task, limit: int | None) -> list[Message]:
+        newest = task.messages.order_by("-id")
+        messages = list(newest[:limit] if limit is not None else newest)[::-1]
+        for message in messages:
+            message.task = task
+        return messages
+
+    def artifacts(self, task: Task) -> list[Artifact]:
+        return list(task.artifacts.order_by("id"))
 
     def save_artifact(self, artifact: Artifact, now: datetime) -> None:
         artifact.save()

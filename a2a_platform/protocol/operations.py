@@ -92,12 +92,10 @@ def _history_length(req: Any, field: str = "history_length") -> int | None:
 
 def snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
     """Task as ProtoJSON: history per historyLength (None all, 0 none, N newest N)."""
-    history = None
-    if history_length != 0:
-        qs = task.messages.select_related("task").order_by("-id")
-        rows = list(qs[:history_length] if history_length else qs)
-        history = rows[::-1]
-    artifacts = list(task.artifacts.order_by("id")) if include_artifacts else None
+    from tasks.selectors import task_artifacts, task_history
+
+    history = task_history(task, history_length) if history_length != 0 else None
+    artifacts = task_artifacts(task) if include_artifacts else None
     return wire.task_json(task, history=history, artifacts=artifacts)
 
 

@@ -7,7 +7,7 @@ production runs and the ORM twin the embedded SQLite database runs.
 import pytest
 from django.db import connection, transaction
 
-from tasks import services, task_store
+from tasks import selectors, services, task_store
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.models import DispatchState, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 def store(request, monkeypatch):
     chosen = {"postgres": task_store.PostgresStore, "portable": task_store.PortableStore}
     monkeypatch.setattr(services, "store", chosen[request.param])
+    monkeypatch.setattr(selectors, "store", chosen[request.param])
     return request.param
 
 
@@ -248,3 +249,26 @@ def test_a_rolled_back_event_leaves_the_task_as_it_was(agent, transactional_db):
     assert (stored.state, stored.last_seq) == (TaskState.SUBMITTED, 1)
     assert TaskEvent.objects.filter(task=task).count() == 1
     assert not task.artifacts.exists()
+
+
+def test_snapshot_reads_scope_by_owner_and_keep_history_order(agent):
+    task = services.task_create(agent=agent, owner="a", message=user_message("m1"))
+    services.task_transition(task_id=task.id, to_state=TaskState.INPUT_REQUIRED, message="more?")
+    services.task_append_message(task_id=task.id, message=user_message("m2"))
+    for art in ("x", "y"):
+        services.task_add_artifact(
+            task_id=task.id, artifact={"artifactId": art, "parts": [{"text": art}]}
+        )
+    found = selectors.task_for_owner(agent_id=agent.pk, owner="a", task_id=str(task.pk))
+    assert (found.pk, found.last_seq, found.state) == (task.pk, 5, TaskState.INPUT_REQUIRED)
+    assert selectors.task_for_owner(agent_id=agent.pk, owner="b", task_id=task.pk) is None
+    assert selectors.task_for_owner(agent_id=agent.pk + 1, owner="a", task_id=task.pk) is None
+
+    def texts(history):
+        return [m.parts[0]["text"] for m in history]
+
+    assert texts(selectors.task_history(found, None)) == ["m1", "m2"]
+    assert texts(selectors.task_history(found, 1)) == ["m2"]  # the newest, in order
+    assert selectors.task_history(found, 0) == []
+    assert [m.task.context_id for m in selectors.task_history(found, None)] == [task.context_id] * 2
+    assert [a.artifact_id for a in selectors.task_artifacts(found)] == ["x", "y"]
