@@ -54,8 +54,9 @@ def wrk(
         cmd + [url], capture_output=True, text=True, env={**os.environ, **(env or {})}, check=True
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))
+    # Anchored: the thread stats line above ends in a percentage like "75.50%" too.
+    p50 = _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
+    p99 = _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = int(bad.group(1)) if bad else 0
