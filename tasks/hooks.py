@@ -2,6 +2,8 @@
 
 The webhooks app registers a hook here (in its AppConfig.ready) to write outbox rows in the
 same transaction as the event, so `tasks` never imports `webhooks` (DESIGN.md, dependencies).
+They run for every event but a task's first (written with the task: nothing can have
+subscribed to it yet).
 """
 
 from __future__ import annotations

@@ -116,7 +116,9 @@ def _open_task(
 ) -> tuple[Task, Message]:
     """Inside a transaction: the rows of a new task, in as few statements as possible
     (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
-    the executor dispatch. No NOTIFY: nobody can be waiting on a task id not yet returned."""
+    the executor dispatch. No NOTIFY: nobody can be waiting on a task id not yet returned.
+    No event hooks either: nothing can have subscribed to a task that does not exist yet (a
+    push config registered with it writes its own snapshot of the task)."""
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     if msg.context_id and context_id and msg.context_id != context_id:
@@ -134,14 +136,13 @@ def _open_task(
     )
     task.save(force_insert=True)
     first = _store_message(task, msg)
-    event = TaskEvent.objects.create(
+    TaskEvent.objects.create(
         task=task,
         seq=1,
         kind=EventKind.STATUS,
         payload=wire.status_update_json(task),
         created_at=timezone.now(),
     )
-    run_event_hooks(task, event)
     dispatch_open_new(task)
     return task, first
 

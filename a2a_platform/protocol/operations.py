@@ -381,7 +381,7 @@ def _card_url(ctx: Ctx) -> str:
     return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
 
 
-_card_versions: TTLCache[int | None] = TTLCache(lambda: 5)
+_card_versions: TTLCache[tuple[int | None]] = TTLCache(lambda: 5)
 
 
 def _card_version_id(agent) -> int | None:
@@ -389,15 +389,15 @@ def _card_version_id(agent) -> int | None:
     from agents.cards import current_card_version_id
 
     cached = _card_versions.get(agent.pk)
-    if cached is None:
-        cached = _card_versions.put(agent.pk, current_card_version_id(agent))
-    return cached
+    if cached is None:  # a miss; a cached "no version yet" is (None,)
+        cached = _card_versions.put(agent.pk, (current_card_version_id(agent),))
+    return cached[0]
 
 
 def card_version_served(agent_pk: int, version_id: int) -> None:
     """The card endpoint served this version just now: tasks this process opens next record
     it (not the one cached before a capability flip)."""
-    _card_versions.put(agent_pk, version_id)
+    _card_versions.put(agent_pk, (version_id,))
 
 
 async def readiness_now():
