@@ -64,13 +64,11 @@ def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispat
     return dispatch
 
 
-def dispatch_open_new(task: Task) -> ExecutorDispatch:
-    """Inside the transaction that created `task`: its first dispatch (nothing to look up)."""
-    dispatch = ExecutorDispatch(task=task, not_before=timezone.now(), progress={}, enqueues=1)
-    dispatch.save(force_insert=True)
-    if _uses_celery(task):
+def dispatch_announce_new(dispatch: ExecutorDispatch) -> None:
+    """Inside the transaction that wrote a new task with its first dispatch (counted as
+    enqueued once): publish its executor job after commit."""
+    if _uses_celery(dispatch.task):
         enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
-    return dispatch
 
 
 def dispatch_close_active(task: Task) -> None:

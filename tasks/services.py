@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from a2a.types import a2a_pb2
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from tasks import wire
-from tasks.dispatch import dispatch_close_active, dispatch_open, dispatch_open_new
+from tasks.dispatch import dispatch_announce_new, dispatch_close_active, dispatch_open
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
-from tasks.models import Artifact, EventKind, Message, MessageReceipt, Task, TaskEvent
+from tasks.models import (
+    Artifact,
+    EventKind,
+    ExecutorDispatch,
+    Message,
+    MessageReceipt,
+    Task,
+    TaskEvent,
+)
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
 from tasks.task_store import store
@@ -64,9 +73,9 @@ def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
     return event
 
 
-def _store_message(task: Task, msg: a2a_pb2.Message) -> Message:
+def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
     data = wire.to_json(msg)
-    return Message.objects.create(
+    return Message(
         task=task,
         message_id=msg.message_id,
         role=a2a_pb2.Role.Name(msg.role),
@@ -75,6 +84,12 @@ def _store_message(task: Task, msg: a2a_pb2.Message) -> Message:
         extensions=list(msg.extensions),
         reference_task_ids=list(msg.reference_task_ids),
     )
+
+
+def _store_message(task: Task, msg: a2a_pb2.Message) -> Message:
+    message = _message_row(task, msg)
+    message.save(force_insert=True)
+    return message
 
 
 def _agent_status_message(task: Task, message: MessageInput | str | None) -> dict | None:
@@ -113,37 +128,42 @@ def _open_task(
     context_id: str | None,
     metadata: dict | None,
     card_version_id: int | None = None,
+    task_pk: uuid.UUID | None = None,
 ) -> tuple[Task, Message]:
     """Inside a transaction: the rows of a new task, in as few statements as possible
     (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
-    the executor dispatch. No NOTIFY: nobody can be waiting on a task id not yet returned.
-    No event hooks either: nothing can have subscribed to a task that does not exist yet (a
-    push config registered with it writes its own snapshot of the task)."""
+    the executor dispatch, written together (task_store.open_task). No NOTIFY: nobody can be
+    waiting on a task id not yet returned. No event hooks either: nothing can have subscribed
+    to a task that does not exist yet (a push config registered with it writes its own
+    snapshot of the task)."""
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     if msg.context_id and context_id and msg.context_id != context_id:
         raise InvalidPayload("message.contextId", "does not match the request's contextId")
     ctx = msg.context_id or context_id or str(uuid.uuid4())
+    now = timezone.now()
     task = Task(
+        id=task_pk or uuid.uuid4(),
         agent=agent,
         owner=owner,
         context_id=ctx,
         state=TaskState.SUBMITTED.value,
-        status_timestamp=next_status_timestamp(None, timezone.now()),
+        status_timestamp=next_status_timestamp(None, now),
         metadata=metadata or {},
         last_seq=1,
         card_version_id=card_version_id,
     )
-    task.save(force_insert=True)
-    first = _store_message(task, msg)
-    TaskEvent.objects.create(
+    first = _message_row(task, msg)
+    event = TaskEvent(
         task=task,
         seq=1,
         kind=EventKind.STATUS,
         payload=wire.status_update_json(task),
-        created_at=timezone.now(),
+        created_at=now,
     )
-    dispatch_open_new(task)
+    dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
+    store().open_task(task, first, event, dispatch)
+    dispatch_announce_new(dispatch)
     return task, first
 
 
@@ -291,14 +311,13 @@ class SendResult:
     first_message: Message | None = None  # the new task's history, when created
 
 
-def _replay(agent: Any, owner: str, message_id: str, request_hash: str) -> SendResult | None:
+def _replay(agent: Any, owner: str, message_id: str, request_hash: str) -> SendResult:
+    """The answer to a request whose receipt was already claimed: the earlier task."""
     receipt = (
         MessageReceipt.objects.select_related("task")
         .filter(agent=agent, owner=owner, message_id=message_id)
-        .first()
+        .get()
     )
-    if receipt is None:
-        return None
     if receipt.request_hash != request_hash:
         raise InvalidPayload(
             "message.messageId", "was already used by this caller with a different request"
@@ -314,53 +333,60 @@ def task_send(
     request_hash: str | None = None,
     metadata: dict[str, Any] | None = None,
     card_version_id: int | None = None,
+    within: Callable[[SendResult], None] | None = None,
 ) -> SendResult:
     """SendMessage's write: open a task, or continue the one the message names.
 
     With `request_hash` (authenticated callers) the request is idempotent on
-    (agent, owner, messageId): the receipt is written in the same transaction as the task
-    change, so a retry (or a concurrent duplicate) hits its unique constraint, the whole
-    transaction rolls back, and the earlier task is answered; the same id with a different
-    hash raises InvalidPayload. No lookup precedes the write: retries are rare, sends are not.
+    (agent, owner, messageId): its receipt is claimed first, in the same transaction as the
+    task change (task_store.claim_receipt). A retry, or a concurrent duplicate once the first
+    commits, finds the receipt taken, writes nothing and is answered with the earlier task;
+    the same id with a different hash raises InvalidPayload. No lookup precedes the claim:
+    retries are rare, sends are not. `within(result)` runs inside the transaction after the
+    write (not on a replay): the caller's writes that must commit or fail with it
+    (SendMessage's inline push config), without a transaction around this one.
     """
     msg = _as_message(message)
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     first = None
-    try:
-        with transaction.atomic():
-            if msg.task_id:
-                pk = _uuid_or_none(msg.task_id)
-                if not Task.objects.filter(pk=pk, agent=agent, owner=owner).exists():
-                    raise TaskNotFound(msg.task_id)
-                task = task_append_message(task_id=msg.task_id, message=msg)
-                created = False
-            else:
-                task, first = _open_task(
-                    agent=agent,
-                    owner=owner,
-                    msg=msg,
-                    context_id=None,
-                    metadata=metadata,
-                    card_version_id=card_version_id,
-                )
-                created = True
-            if request_hash:
-                MessageReceipt.objects.create(
-                    agent=agent,
-                    owner=owner,
-                    message_id=msg.message_id,
-                    request_hash=request_hash,
-                    task=task,
-                )
-    except IntegrityError:
-        replay = _replay(agent, owner, msg.message_id, request_hash) if request_hash else None
-        if replay is None:
-            raise
-        return replay
+    with transaction.atomic():
+        if msg.task_id:
+            task_pk = _uuid_or_none(msg.task_id)
+            if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
+                raise TaskNotFound(msg.task_id)
+        else:
+            task_pk = uuid.uuid4()
+        if request_hash:
+            receipt = MessageReceipt(
+                agent=agent,
+                owner=owner,
+                message_id=msg.message_id,
+                request_hash=request_hash,
+                task_id=task_pk,
+            )
+            if not store().claim_receipt(receipt):
+                return _replay(agent, owner, msg.message_id, request_hash)
+        if msg.task_id:
+            task = task_append_message(task_id=task_pk, message=msg)
+            created = False
+        else:
+            task, first = _open_task(
+                agent=agent,
+                owner=owner,
+                msg=msg,
+                context_id=None,
+                metadata=metadata,
+                card_version_id=card_version_id,
+                task_pk=task_pk,
+            )
+            created = True
+        result = SendResult(task, created=created, replayed=False, first_message=first)
+        if within is not None:
+            within(result)
     if created:
         logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
-    return SendResult(task, created=created, replayed=False, first_message=first)
+    return result
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:

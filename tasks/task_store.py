@@ -8,7 +8,11 @@ this module only reads and writes the rows, inside the caller's transaction:
 - `artifact` / `save_artifact`: one artifact of a task, read, then inserted or replaced;
 - `append_event`: the event row, the task row's lifecycle fields (state, status, last seq,
   updated_at) and the NOTIFY of the event hub (tasks/notify.py);
-- `visible`, `history`, `artifacts`: the reads of a task snapshot (GetTask's whole work).
+- `visible`, `history`, `artifacts`: the reads of a task snapshot (GetTask's whole work);
+- `claim_receipt`: an idempotency receipt, unless one exists for the same (agent, owner,
+  messageId) (then False: the request is a retry);
+- `open_task`: a new task's rows, task, first message, first event and executor dispatch
+  (one statement).
 
 `PostgresStore` is what production runs: each step is one prepared statement, so an artifact
 event is four round trips with the outbox's write instead of nine ORM statements, each built
@@ -25,11 +29,11 @@ import json
 import uuid
 from datetime import datetime
 
-from django.db import connection
+from django.db import IntegrityError, connection, models, transaction
 
 from a2a_platform.sql import columns, from_row, run_prepared
 from agents.models import Agent
-from tasks.models import Artifact, Message, Task, TaskEvent
+from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
 from tasks.notify import CHANNEL, notify_task_event
 
 # The task fields a lifecycle write may change (the rest are set when the task opens).
@@ -125,12 +129,82 @@ SELECT id{notify} FROM event
 """
 
 
+def _insert_fields(model: type[models.Model]) -> list[models.Field]:
+    """The columns an INSERT names: all concrete fields but a database-generated key."""
+    return [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
+
+
+# Each row's values as its fields would save them (`pre_save` fills auto_now stamps); the
+# foreign keys to the task are deferred constraints, so the order of the rows is free.
+_NEW_TASK_ROWS = (
+    ("task", Task),
+    ("message", Message),
+    ("event", TaskEvent),
+    ("dispatch", ExecutorDispatch),
+)
+
+
+@functools.cache
+def _open_task_sql() -> str:
+    ctes = []
+    for alias, model in _NEW_TASK_ROWS:
+        fields = _insert_fields(model)
+        ctes.append(
+            f"{alias} AS (INSERT INTO {model._meta.db_table} "
+            f"({', '.join(f.column for f in fields)}) "
+            f"VALUES ({', '.join(f'%({alias}_{f.attname})s' for f in fields)}) RETURNING id)"
+        )
+    return f"WITH {', '.join(ctes)} SELECT (SELECT id FROM message), (SELECT id FROM event), " + (
+        "(SELECT id FROM dispatch)"
+    )
+
+
+@functools.cache
+def _claim_receipt_sql() -> str:
+    fields = _insert_fields(MessageReceipt)
+    return (
+        f"INSERT INTO tasks_messagereceipt ({', '.join(f.column for f in fields)}) "
+        f"VALUES ({', '.join(f'%(receipt_{f.attname})s' for f in fields)}) "
+        "ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id"
+    )
+
+
+def _values(alias: str, obj: models.Model) -> dict[str, object]:
+    return {
+        f"{alias}_{f.attname}": f.get_db_prep_save(f.pre_save(obj, True), connection)
+        for f in _insert_fields(type(obj))
+    }
+
+
+def _saved(obj: models.Model, pk: object) -> None:
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
 class PostgresStore:
     def __init__(self, *, notify: bool = True) -> None:
         """`notify=False` leaves out the event hub's NOTIFY: only bench/stream_bench.py does,
         to measure what the NOTIFY costs."""
         wake = f", pg_notify('{CHANNEL}', %(task)s::text)" if notify else ""
         self._append_event = _APPEND_EVENT.format(notify=wake)
+
+    def claim_receipt(self, receipt: MessageReceipt) -> bool:
+        rows = run_prepared(_claim_receipt_sql(), _values("receipt", receipt))
+        if rows:
+            _saved(receipt, rows[0][0])
+        return bool(rows)
+
+    def open_task(
+        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
+    ) -> None:
+        rows = (task, message, event, dispatch)
+        params: dict[str, object] = {}
+        for (alias, _), obj in zip(_NEW_TASK_ROWS, rows, strict=True):
+            params |= _values(alias, obj)
+        ((message_pk, event_pk, dispatch_pk),) = run_prepared(_open_task_sql(), params)
+        for obj, pk in zip(rows, (task.pk, message_pk, event_pk, dispatch_pk), strict=True):
+            _saved(obj, pk)
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         rows = run_prepared(_lock_sql(), {"task": task_pk})
@@ -205,6 +279,20 @@ class PostgresStore:
 
 
 class PortableStore:
+    def claim_receipt(self, receipt: MessageReceipt) -> bool:
+        try:
+            with transaction.atomic():  # a savepoint: the caller's transaction goes on
+                receipt.save(force_insert=True)
+        except IntegrityError:
+            return False
+        return True
+
+    def open_task(
+        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
+    ) -> None:
+        for row in (task, message, event, dispatch):
+            row.save(force_insert=True)
+
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         return (
             Task.objects.select_for_update(of=("self",))

@@ -186,25 +186,27 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
     issuer = _card_url(ctx)
 
     def write():
-        from django.db import transaction
-
         from webhooks.services import push_config_create
 
-        # One transaction: a task is never accepted with its webhook dropped.
-        with transaction.atomic():
-            result = services.task_send(
-                agent=ctx.agent,
-                owner=ctx.principal,
-                message=msg,
-                request_hash=request_hash,
-                metadata=metadata,
-                card_version_id=_card_version_id(ctx.agent),
-            )
-            if inline_push is not None and not result.replayed:
+        written = None
+
+        def within(result: services.SendResult) -> None:
+            # In the send's transaction: a task is never accepted with its webhook dropped.
+            nonlocal written
+            if inline_push is not None:
                 push_config_create(task=result.task, config=inline_push, issuer=issuer)
-            written = None
-            if render_snapshot and not result.replayed:
+            if render_snapshot:
                 written = _written_snapshot(result, history_length)
+
+        result = services.task_send(
+            agent=ctx.agent,
+            owner=ctx.principal,
+            message=msg,
+            request_hash=request_hash,
+            metadata=metadata,
+            card_version_id=_card_version_id(ctx.agent),
+            within=within,
+        )
         return Accepted(result, history_length, config.return_immediately, written)
 
     return await orm(write)

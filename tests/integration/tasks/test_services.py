@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from tasks import selectors, services, task_store
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
-from tasks.models import DispatchState, Task, TaskEvent
+from tasks.models import DispatchState, MessageReceipt, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
 from tests.factories import user_message
@@ -272,3 +272,34 @@ def test_snapshot_reads_scope_by_owner_and_keep_history_order(agent):
     assert selectors.task_history(found, 0) == []
     assert [m.task.context_id for m in selectors.task_history(found, None)] == [task.context_id] * 2
     assert [a.artifact_id for a in selectors.task_artifacts(found)] == ["x", "y"]
+
+
+def test_task_send_claims_a_receipt_once_and_replays_retries(agent):
+    """Idempotent sends: the first claims the receipt with the write; a retry writes nothing
+    and answers the same task; the id reused with another body is refused."""
+    first_msg = user_message("hi")
+    sent = services.task_send(agent=agent, owner="a", message=first_msg, request_hash="h1")
+    assert (sent.created, sent.replayed, sent.task.last_seq) == (True, False, 1)
+    assert sent.first_message.parts == [{"text": "hi"}]
+    stored = Task.objects.get()
+    assert (stored.pk, stored.last_seq, stored.messages.count()) == (sent.task.pk, 1, 1)
+    assert stored.dispatches.get().enqueues == 1
+    assert TaskEvent.objects.get(task=stored).payload["statusUpdate"]["taskId"] == str(stored.pk)
+
+    again = services.task_send(agent=agent, owner="a", message=first_msg, request_hash="h1")
+    assert (again.task.pk, again.created, again.replayed) == (sent.task.pk, False, True)
+    with pytest.raises(InvalidPayload) as exc:
+        services.task_send(agent=agent, owner="a", message=first_msg, request_hash="other")
+    assert exc.value.field == "message.messageId"
+    other_owner = services.task_send(agent=agent, owner="b", message=first_msg, request_hash="h1")
+    assert other_owner.created  # receipts are per caller
+    assert Task.objects.count() == 2
+    assert MessageReceipt.objects.count() == 2
+
+    services.task_transition(task_id=sent.task.pk, to_state=TaskState.INPUT_REQUIRED)
+    follow = {**user_message("more"), "taskId": str(sent.task.pk)}
+    went_on = services.task_send(agent=agent, owner="a", message=follow, request_hash="h2")
+    assert (went_on.task.pk, went_on.created, went_on.replayed) == (sent.task.pk, False, False)
+    retried = services.task_send(agent=agent, owner="a", message=follow, request_hash="h2")
+    assert retried.replayed
+    assert Task.objects.get(pk=sent.task.pk).messages.count() == 2
