@@ -154,9 +154,8 @@ def _open_task_sql() -> str:
             f"({', '.join(f.column for f in fields)}) "
             f"VALUES ({', '.join(f'%({alias}_{f.attname})s' for f in fields)}) RETURNING id)"
         )
-    return f"WITH {', '.join(ctes)} SELECT (SELECT id FROM message), (SELECT id FROM event), " + (
-        "(SELECT id FROM dispatch)"
-    )
+    ids = ", ".join(f"(SELECT id FROM {alias})" for alias in ("message", "event", "dispatch"))
+    return f"WITH {', '.join(ctes)} SELECT {ids}"
 
 
 @functools.cache
