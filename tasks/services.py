@@ -68,7 +68,10 @@ def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
     """The next event of a locked task; also writes the task's lifecycle fields
     (task_store.LIFECYCLE_FIELDS) as they are now, and queues the hub's NOTIFY."""
     task.last_seq += 1
-    event = store().append_event(task, kind, payload, timezone.now())
+    event = TaskEvent(
+        task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
+    )
+    store().append_event(task, event)
     run_event_hooks(task, event)
     return event
 
@@ -263,7 +266,7 @@ def task_add_artifact(
             existing.extensions = list(art.extensions)
             existing.complete = last_chunk
             existing.chunks = 1
-        store().save_artifact(existing, timezone.now())
+        store().save_artifact(existing)
         _append_event(
             task,
             EventKind.ARTIFACT,

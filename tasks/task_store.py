@@ -25,9 +25,7 @@ through both.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
-from datetime import datetime
 
 from django.db import IntegrityError, connection, models, transaction
 
@@ -49,11 +47,6 @@ LIFECYCLE_FIELDS = (
 
 def store() -> PostgresStore | PortableStore:
     return _POSTGRES if connection.vendor == "postgresql" else _PORTABLE
-
-
-def _json(value: object) -> str | None:
-    """A JSON column's parameter (SQL NULL for None, as the ORM writes a nullable JSONField)."""
-    return None if value is None else json.dumps(value)
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
@@ -100,42 +93,31 @@ def _artifacts_sql() -> str:
     )
 
 
-_SAVE_ARTIFACT = """
-INSERT INTO tasks_artifact
-    (task_id, artifact_id, name, description, parts, metadata, extensions, complete, chunks,
-     created_at, updated_at)
-VALUES (%(task)s, %(artifact)s, %(name)s, %(description)s, %(parts)s::jsonb,
-        %(metadata)s::jsonb, %(extensions)s::jsonb, %(complete)s, %(chunks)s, %(now)s, %(now)s)
-ON CONFLICT (task_id, artifact_id) DO UPDATE SET
-    name = EXCLUDED.name, description = EXCLUDED.description, parts = EXCLUDED.parts,
-    metadata = EXCLUDED.metadata, extensions = EXCLUDED.extensions,
-    complete = EXCLUDED.complete, chunks = EXCLUDED.chunks, updated_at = EXCLUDED.updated_at
-RETURNING id, created_at
-"""
-
-# pg_notify is queued until COMMIT and dropped on rollback, as NOTIFY is.
-_APPEND_EVENT = """
-WITH task AS (
-    UPDATE tasks_task SET state = %(state)s, status_timestamp = %(status_timestamp)s,
-        status_message = %(status_message)s::jsonb, answered_with_message = %(answered)s,
-        last_seq = %(seq)s, updated_at = %(now)s
-    WHERE id = %(task)s
-), event AS (
-    INSERT INTO tasks_taskevent (task_id, seq, kind, payload, created_at)
-    VALUES (%(task)s, %(seq)s, %(kind)s, %(payload)s::jsonb, %(now)s)
-    RETURNING id
-)
-SELECT id{notify} FROM event
-"""
-
-
-def _insert_fields(model: type[models.Model]) -> list[models.Field]:
+@functools.cache
+def _insert_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
     """The columns an INSERT names: all concrete fields but a database-generated key."""
-    return [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
+    return tuple(f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField))
 
 
-# Each row's values as its fields would save them (`pre_save` fills auto_now stamps); the
-# foreign keys to the task are deferred constraints, so the order of the rows is free.
+def _insert(alias: str, model: type[models.Model]) -> str:
+    """An INSERT of one row of `model`, its values named `<alias>_<attname>` (`_values`)."""
+    fields = _insert_fields(model)
+    return (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) "
+        f"VALUES ({', '.join(f'%({alias}_{f.attname})s' for f in fields)})"
+    )
+
+
+def _values(alias: str, obj: models.Model) -> dict[str, object]:
+    """A row's values as its fields would save them (`pre_save` fills auto_now stamps)."""
+    return {
+        f"{alias}_{f.attname}": f.get_db_prep_save(f.pre_save(obj, True), connection)
+        for f in _insert_fields(type(obj))
+    }
+
+
+# A new task's rows; the foreign keys to the task are deferred constraints, so their order
+# in the statement is free.
 _NEW_TASK_ROWS = (
     ("task", Task),
     ("message", Message),
@@ -146,33 +128,19 @@ _NEW_TASK_ROWS = (
 
 @functools.cache
 def _open_task_sql() -> str:
-    ctes = []
-    for alias, model in _NEW_TASK_ROWS:
-        fields = _insert_fields(model)
-        ctes.append(
-            f"{alias} AS (INSERT INTO {model._meta.db_table} "
-            f"({', '.join(f.column for f in fields)}) "
-            f"VALUES ({', '.join(f'%({alias}_{f.attname})s' for f in fields)}) RETURNING id)"
-        )
+    ctes = ", ".join(
+        f"{alias} AS ({_insert(alias, model)} RETURNING id)" for alias, model in _NEW_TASK_ROWS
+    )
     ids = ", ".join(f"(SELECT id FROM {alias})" for alias in ("message", "event", "dispatch"))
-    return f"WITH {', '.join(ctes)} SELECT {ids}"
+    return f"WITH {ctes} SELECT {ids}"
 
 
 @functools.cache
 def _claim_receipt_sql() -> str:
-    fields = _insert_fields(MessageReceipt)
     return (
-        f"INSERT INTO tasks_messagereceipt ({', '.join(f.column for f in fields)}) "
-        f"VALUES ({', '.join(f'%(receipt_{f.attname})s' for f in fields)}) "
+        f"{_insert('receipt', MessageReceipt)} "
         "ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id"
     )
-
-
-def _values(alias: str, obj: models.Model) -> dict[str, object]:
-    return {
-        f"{alias}_{f.attname}": f.get_db_prep_save(f.pre_save(obj, True), connection)
-        for f in _insert_fields(type(obj))
-    }
 
 
 def _saved(obj: models.Model, pk: object) -> None:
@@ -181,12 +149,36 @@ def _saved(obj: models.Model, pk: object) -> None:
     obj._state.db = connection.alias
 
 
+@functools.cache
+def _save_artifact_sql() -> str:
+    """Insert, or replace in place (the row keeps its id and created_at)."""
+    kept = {"task_id", "artifact_id", "created_at"}
+    replaced = [f.column for f in _insert_fields(Artifact) if f.attname not in kept]
+    return (
+        f"{_insert('artifact', Artifact)} ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
+        f"{', '.join(f'{c} = EXCLUDED.{c}' for c in replaced)} RETURNING id, created_at"
+    )
+
+
+@functools.cache
+def _append_event_sql(notify: bool) -> str:
+    """The task row's lifecycle fields, the event row and (queued until COMMIT, dropped on
+    rollback, as NOTIFY is) the event hub's wake-up, in one statement."""
+    fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
+    sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
+    wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
+    return (
+        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), "
+        f"event AS ({_insert('event', TaskEvent)} RETURNING id) "
+        f"SELECT id{wake} FROM event"
+    )
+
+
 class PostgresStore:
     def __init__(self, *, notify: bool = True) -> None:
         """`notify=False` leaves out the event hub's NOTIFY: only bench/stream_bench.py does,
         to measure what the NOTIFY costs."""
-        wake = f", pg_notify('{CHANNEL}', %(task)s::text)" if notify else ""
-        self._append_event = _APPEND_EVENT.format(notify=wake)
+        self._notify = notify
 
     def claim_receipt(self, receipt: MessageReceipt) -> bool:
         rows = run_prepared(_claim_receipt_sql(), _values("receipt", receipt))
@@ -234,44 +226,20 @@ class PostgresStore:
             from_row(Artifact, row) for row in run_prepared(_artifacts_sql(), {"task": task.pk})
         ]
 
-    def save_artifact(self, artifact: Artifact, now: datetime) -> None:
-        ((pk, created_at),) = run_prepared(
-            _SAVE_ARTIFACT,
-            {
-                "task": artifact.task_id,
-                "artifact": artifact.artifact_id,
-                "name": artifact.name,
-                "description": artifact.description,
-                "parts": _json(artifact.parts),
-                "metadata": _json(artifact.metadata),
-                "extensions": _json(artifact.extensions),
-                "complete": artifact.complete,
-                "chunks": artifact.chunks,
-                "now": now,
-            },
-        )
-        artifact.pk, artifact.created_at, artifact.updated_at = pk, created_at, now
-        artifact._state.adding = False
+    def save_artifact(self, artifact: Artifact) -> None:
+        ((pk, created_at),) = run_prepared(_save_artifact_sql(), _values("artifact", artifact))
+        _saved(artifact, pk)
+        artifact.created_at = created_at
 
-    def append_event(self, task: Task, kind: str, payload: dict, now: datetime) -> TaskEvent:
-        ((pk, *_),) = run_prepared(
-            self._append_event,
-            {
-                "task": task.pk,
-                "state": task.state,
-                "status_timestamp": task.status_timestamp,
-                "status_message": _json(task.status_message),
-                "answered": task.answered_with_message,
-                "seq": task.last_seq,
-                "now": now,
-                "kind": kind,
-                "payload": _json(payload),
-            },
-        )
-        task.updated_at = now
-        return TaskEvent(
-            pk=pk, task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=now
-        )
+    def append_event(self, task: Task, event: TaskEvent) -> None:
+        params = _values("event", event) | {"task_pk": task.pk}
+        for name in LIFECYCLE_FIELDS:  # as save(update_fields=...) would write them
+            field = Task._meta.get_field(name)
+            params[f"task_{field.attname}"] = field.get_db_prep_save(
+                field.pre_save(task, False), connection
+            )
+        ((pk, *_),) = run_prepared(_append_event_sql(self._notify), params)
+        _saved(event, pk)
 
 
 # --- any database (the ORM) ----------------------------------------------------------------
@@ -316,16 +284,13 @@ class PortableStore:
     def artifacts(self, task: Task) -> list[Artifact]:
         return list(task.artifacts.order_by("id"))
 
-    def save_artifact(self, artifact: Artifact, now: datetime) -> None:
+    def save_artifact(self, artifact: Artifact) -> None:
         artifact.save()
 
-    def append_event(self, task: Task, kind: str, payload: dict, now: datetime) -> TaskEvent:
-        event = TaskEvent.objects.create(
-            task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=now
-        )
+    def append_event(self, task: Task, event: TaskEvent) -> None:
+        event.save(force_insert=True)
         task.save(update_fields=LIFECYCLE_FIELDS)
         notify_task_event(task.pk)
-        return event
 
 
 _POSTGRES = PostgresStore()
