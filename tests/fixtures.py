@@ -47,6 +47,15 @@ def procs(tmp_path):
 
 
 @pytest.fixture
+def loopback_receivers(settings):
+    """This test process registers webhooks to receiver processes on loopback, which the
+    SSRF policy refuses unless allowlisted (tests/webhook_checks.configure)."""
+    from tests.webhook_checks import configure
+
+    configure(settings)
+
+
+@pytest.fixture
 def receivers(tmp_path):
     """Start webhook receiver processes (tests.webhook_receiver) with `receivers.start(name)`;
     all stopped at the end."""

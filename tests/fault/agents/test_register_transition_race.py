@@ -36,7 +36,6 @@ from tests.processes import wait_until
 from tests.webhook_checks import (
     ALLOWED,
     assert_delivered,
-    configure,
     deliveries,
     owed_seqs,
     start_worker,
@@ -63,8 +62,7 @@ ENV = {
 
 
 @pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
+def _loopback_receivers_and_an_empty_broker(loopback_receivers, settings):
     # No broker message of an earlier test (its beat's heartbeats, its tasks) reaches ours.
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 

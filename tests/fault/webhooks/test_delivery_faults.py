@@ -28,7 +28,6 @@ from tests.processes import wait_until
 from tests.webhook_checks import (
     accepted,
     assert_delivered,
-    configure,
     deliveries,
     open_task,
     start_beat,
@@ -38,7 +37,11 @@ from tests.webhook_checks import (
 from webhooks import wake
 from webhooks.models import DeliveryAttempt, DeliveryState, Endpoint
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 TOKEN = "fault-token"
 FAULT_ENV = {
@@ -48,11 +51,6 @@ FAULT_ENV = {
     "A2A_DISPATCH_UNCLAIMED_SECONDS": "2",
     "A2A_DISPATCH_LEASE_SECONDS": "3",
 }
-
-
-@pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
 
 
 def worker(procs, name: str = "worker", **env: str):

@@ -16,21 +16,19 @@ from tests.fault.webhooks.test_delivery_faults import attempts_of, worker
 from tests.webhook_checks import (
     accepted,
     assert_delivered,
-    configure,
     deliveries,
     open_task,
     wait_all,
 )
 from webhooks.models import Alert, Endpoint
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 RETRY_AFTER = 3
-
-
-@pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
 
 
 def test_a_receiver_answering_500_then_429_does_not_delay_another_receiver(

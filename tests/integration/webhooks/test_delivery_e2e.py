@@ -28,7 +28,6 @@ from tests.webhook_checks import (
     WORKER_ENV,
     accepted,
     assert_delivered,
-    configure,
     deliveries,
     open_task,
     settled,
@@ -48,17 +47,16 @@ from webhooks.models import (
     PushConfig,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 TOKEN = "notification-token-1"
 HUNG_TIMEOUT = 5
 
 DELIVERY_PERMS = ("view_delivery", "change_delivery")
-
-
-@pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from tasks.states import TaskState
 from tests.webhook_checks import (
     assert_delivered,
     assert_in_order,
-    configure,
     deliveries,
     open_task,
     start_worker,
@@ -28,14 +27,13 @@ from tests.webhook_receiver import Record
 from webhooks.models import DeliveryAttempt
 from webhooks.receiver import VerificationError, WebhookVerifier
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 ROOT_JWKS = "/.well-known/jwks.json"
-
-
-@pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
 
 
 def finish(task) -> None:

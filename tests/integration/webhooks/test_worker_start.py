@@ -15,16 +15,15 @@ from django.conf import settings as django_settings
 from agents.models import WorkerHeartbeat
 from tasks import services
 from tasks.states import TaskState
-from tests.webhook_checks import assert_delivered, configure, open_task, start_worker, wait_all
+from tests.webhook_checks import assert_delivered, open_task, start_worker, wait_all
 from webhooks import wake
 from webhooks.delivery import due_configs
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _loopback_receivers(settings):
-    configure(settings)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 
 def drop_wake_ups() -> None:
