@@ -36,6 +36,7 @@ from webhooks.models import (
     DeliveryAttempt,
     DeliveryState,
     Endpoint,
+    OperatorAction,
     PushConfig,
 )
 from webhooks.outbox_store import Head, NewAttempt, Recorded, store
@@ -487,8 +488,6 @@ def due_configs(limit: int = 1000) -> list[int]:
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
     """Re-open dead-lettered or delivered deliveries (same event id) and audit it."""
-    from webhooks.models import OperatorAction
-
     now = timezone.now()
     replayable = Delivery.objects.filter(
         pk__in=delivery_pks,
@@ -508,10 +507,8 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
             state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None, attempts=0
         )
         heads.refresh(config_pks)
-        OperatorAction.objects.create(
-            actor=actor[:150],
-            action="replay_deliveries",
-            target={"deliveries": [str(event_id) for _, event_id in rows]},
+        OperatorAction.record(
+            actor, "replay_deliveries", {"deliveries": [str(event_id) for _, event_id in rows]}
         )
         if rows:
             wake_on_commit()

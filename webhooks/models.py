@@ -194,3 +194,8 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.action}"
+
+    @classmethod
+    def record(cls, actor: str, action: str, target: dict) -> OperatorAction:
+        """The one way an action is audited (inside the action's transaction)."""
+        return cls.objects.create(actor=actor[:150], action=action, target=target)

@@ -31,6 +31,7 @@ from webhooks.models import (
     Delivery,
     DeliveryState,
     Endpoint,
+    OperatorAction,
     PushBinding,
     PushConfig,
 )
@@ -244,19 +245,13 @@ def open_deliveries_exist(config_pk: int) -> bool:
     return Delivery.objects.filter(config_id=config_pk, state__in=OPEN_DELIVERY_STATES).exists()
 
 
-def _audit(actor: str, action: str, target: dict[str, Any]) -> None:
-    from webhooks.models import OperatorAction
-
-    OperatorAction.objects.create(actor=actor[:150], action=action, target=target)
-
-
 def endpoint_pause(*, endpoint_pk: int, actor: str, reason: str = "paused by an operator") -> None:
     """A paused endpoint holds its deliveries (they are not tried, nor dead-lettered)."""
     with transaction.atomic():
         Endpoint.objects.filter(pk=endpoint_pk, paused_at__isnull=True).update(
             paused_at=timezone.now(), paused_reason=reason[:300]
         )
-        _audit(actor, "pause_endpoint", {"endpoint": endpoint_pk})
+        OperatorAction.record(actor, "pause_endpoint", {"endpoint": endpoint_pk})
 
 
 def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
@@ -265,7 +260,7 @@ def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
         Endpoint.objects.filter(pk=endpoint_pk).update(
             paused_at=None, paused_reason="", consecutive_failures=0
         )
-        _audit(actor, "resume_endpoint", {"endpoint": endpoint_pk})
+        OperatorAction.record(actor, "resume_endpoint", {"endpoint": endpoint_pk})
         waiting = Delivery.objects.filter(
             binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
         ).values_list("config_id", flat=True)
@@ -280,4 +275,4 @@ def alert_resolve(*, alert_pk: int, actor: str) -> None:
         Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(
             resolved_at=timezone.now()
         )
-        _audit(actor, "resolve_alert", {"alert": alert_pk})
+        OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
