@@ -78,6 +78,17 @@ def re_enqueued_in(worker, dispatch: ExecutorDispatch) -> bool:
     )
 
 
+def holds_countdown(worker, dispatch: ExecutorDispatch) -> bool:
+    """The worker took the dispatch's ETA message off the queue (it waits in its memory)."""
+    return any(
+        "tasks.run_executor[" in line
+        and " received " in line
+        and f"'args': '[{dispatch.pk}]'" in line
+        and "'eta': None" not in line
+        for line in worker.log().splitlines()
+    )
+
+
 def test_countdown_held_by_a_killed_worker_is_re_enqueued(scripted_agent, procs):
     """Scenario A: the worker holding a WORKING task's countdown message dies."""
     start_beat(procs)
@@ -92,6 +103,9 @@ def test_countdown_held_by_a_killed_worker_is_re_enqueued(scripted_agent, procs)
         message="first run re-enqueued with an ETA",
     )
     assert Task.objects.get(pk=task.pk).task_state == S.WORKING
+    # The ETA job is published after that commit: killed before taking it, the first worker
+    # would leave it on the queue for the second, and nothing would need the sweeper.
+    wait_until(lambda: holds_countdown(first, dispatch), timeout=10, interval=0.05)
 
     first.kill(signal.SIGKILL)  # the ETA message dies with the worker's memory
     second = procs.worker(name="second", **TIMINGS)
