@@ -281,6 +281,9 @@ A2A_RETENTION_BATCH = env.int("A2A_RETENTION_BATCH", default=5000)
 # private, ...); plain http is accepted only to these. Empty: public https destinations only.
 # webhooks/ssrf.py reads it at call time. `make run` with a local receiver: 127.0.0.0/8,::1/128.
 A2A_WEBHOOK_ALLOWED_NETWORKS = env.list("A2A_WEBHOOK_ALLOWED_NETWORKS", default=[])
+# Certificates of https receivers are checked against this PEM bundle of CA certificates
+# (a private CA, a test CA); empty: the system's trust store. Read when a connection is made.
+A2A_WEBHOOK_CA_BUNDLE = env.str("A2A_WEBHOOK_CA_BUNDLE", default="")
 
 # --- Readiness ----------------------------------------------------------------------------
 A2A_HEARTBEAT_INTERVAL_SECONDS = env.int("A2A_HEARTBEAT_INTERVAL_SECONDS", default=5)
