@@ -1,6 +1,7 @@
 """A webhook receiver PROCESS for integration and fault tests: the far side we do not own.
 
     python -m tests.webhook_receiver --port P --record FILE --control FILE
+                                     [--tls-cert PEM --tls-key PEM]     (https)
 
 It uses the standard library only (nothing of the platform, no Django), listens on
 127.0.0.1:P with a `ThreadingHTTPServer`, and appends one JSON line per request to the record
@@ -30,6 +31,7 @@ import base64
 import contextlib
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -136,8 +138,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--control", type=Path, required=True)
+    parser.add_argument("--tls-cert", type=Path, help="serve https with this certificate")
+    parser.add_argument("--tls-key", type=Path)
     args = parser.parse_args(argv)
     server = _Server(args.port, args.record, args.control)
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        # The handshake happens on the connection's thread, at its first read.
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     print(f"listening on {HOST}:{server.server_address[1]}", flush=True)  # noqa: T201
     try:
         server.serve_forever(poll_interval=0.1)
@@ -178,15 +189,20 @@ class Record:
 
 class ReceiverProcess:
     """A `python -m tests.webhook_receiver` child on a fixed port (kept across restarts, so a
-    registered webhook URL stays valid), with its records and control file in `log_dir`."""
+    registered webhook URL stays valid), with its records and control file in `log_dir`.
+    `tls` (a certificate for `localhost` and its key: `.cert_path`, `.key_path`, e.g.
+    tests.tls.Leaf) makes it serve https, and its URL https://localhost:PORT/hook."""
 
-    def __init__(self, log_dir: Path, name: str = "receiver", path: str = "/hook") -> None:
+    def __init__(
+        self, log_dir: Path, name: str = "receiver", path: str = "/hook", tls=None
+    ) -> None:
         from tests.live import free_port
 
         self.log_dir = log_dir
         self.name = name
         self.port = free_port()
         self.path = path
+        self.tls = tls
         self.record_path = log_dir / f"{name}.records.jsonl"
         self.control_path = log_dir / f"{name}.control.json"
         self.proc = None
@@ -194,11 +210,11 @@ class ReceiverProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}{self.path}"
+        return f"{self.origin}{self.path}"
 
     @property
     def origin(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"https://localhost:{self.port}" if self.tls else f"http://{HOST}:{self.port}"
 
     def behave(self, **behaviour: Any) -> None:
         """Set the behaviour for the requests that follow (see the module docstring)."""
@@ -221,6 +237,8 @@ class ReceiverProcess:
             "--control",
             str(self.control_path),
         ]
+        if self.tls:
+            cmd += ["--tls-cert", str(self.tls.cert_path), "--tls-key", str(self.tls.key_path)]
         self.proc = Proc(name, cmd, process_env(), self.log_dir)
         self.procs.append(self.proc)
         self.proc.wait_for_log(f"listening on {HOST}:{self.port}", timeout=timeout)

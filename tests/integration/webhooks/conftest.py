@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from agents.services import api_key_create
@@ -23,6 +25,41 @@ def public_dns(monkeypatch):
         raise ssrf.UnsafeDestination("unresolvable", f"{host} does not resolve")
 
     monkeypatch.setattr(ssrf, "resolve", resolve)
+
+
+@pytest.fixture
+def fake_dns(monkeypatch):
+    """`fake_dns.answers[name]` = list of answers, one per lookup (the last one repeats; an
+    empty list: the name does not resolve). Other names (the address literals the transport
+    connects to, localhost) resolve for real. It patches `socket.getaddrinfo`, so every
+    resolver in this process that uses it sees the answers. (test_transport.py has its own
+    copy of this fixture, which wins there until it is removed.)"""
+    real = socket.getaddrinfo
+
+    class FakeDNS:
+        answers: dict[str, list[list[str]]] = {}
+        lookups: list[str] = []
+
+        @staticmethod
+        def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002
+            if host not in FakeDNS.answers:
+                return real(host, port, family, type, proto, flags)
+            FakeDNS.lookups.append(host)
+            queue = FakeDNS.answers[host]
+            if not queue:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+            return [
+                (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0))
+                if ":" in a
+                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+                for a in addresses
+            ]
+
+    FakeDNS.answers = {}
+    FakeDNS.lookups = []
+    monkeypatch.setattr(socket, "getaddrinfo", FakeDNS.getaddrinfo)
+    return FakeDNS
 
 
 @pytest.fixture
