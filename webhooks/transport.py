@@ -7,44 +7,53 @@ A send never raises for a network or HTTP problem: it returns a `TransportResult
              Nothing was sent. Final unless the URL's DNS changes.
 - `dns`      the host did not resolve. Nothing was sent.
 - `connect`  no TCP connection (refused, unreachable). Nothing was sent.
-- `tls`      the TLS handshake failed (certificate, protocol). Nothing was sent.
+- `tls`      the TLS handshake failed (certificate, protocol), or the CA bundle of
+             A2A_WEBHOOK_CA_BUNDLE cannot be read. Nothing was sent.
 - `timeout`  connect, send or response took longer than `timeout` in total (may have been
              received).
 - `network`  the connection broke after it was made (may have been received).
-- `protocol` the receiver spoke broken HTTP, or the request could not be framed.
+- `protocol` the receiver spoke broken HTTP (or a response head over MAX_HEAD_BYTES).
 - `request`  the request itself could not be built (e.g. a header value that is not ASCII).
 - `internal` a bug in this module, caught by `submit` (logged; `post` lets it surface).
 
-How it sends: one asyncio event loop per process, on a thread of its own (`webhook-sender`),
-runs every send as a task, so a hung receiver holds one task, never a thread or the others.
-`submit` hands it a batch and returns a `concurrent.futures.Future` per request (the delivery
-pump's path); `post` sends one and waits. HTTP/1.1 is framed here and parsed by httptools
-(llhttp), over keep-alive connections pooled per origin. A general-purpose client cost the
-pump most of its CPU (bench/delivery_bench.py --profile): httpx's models, then httpcore and
-h11 on a thread per send.
+How it sends: aiohttp's client (HTTP/1.1 framing and parsing, keep-alive pooling per origin,
+TLS), on one asyncio event loop per process running on a thread of its own
+(`webhook-sender`); every send is a task on it, so a hung receiver holds one task, never a
+thread or the others. `submit` hands it a batch and returns a `concurrent.futures.Future` per
+request (the delivery pump's path); `post` sends one and waits. docs/decisions.md has the
+measurement that chose aiohttp over the hand-framed HTTP this module used to hold.
 
-SSRF is enforced inside the transport, not only before it: every send checks the URL
-(webhooks/ssrf.py), and every new connection resolves the host again, checks every address and
-connects to a checked address, so a DNS answer that changes between the check and the
-connection (rebinding) is refused. The host name still goes out as TLS SNI and in Host, so
-certificates and virtual hosts work as usual. No proxies (a proxy would make the connection,
-and the check would be about the proxy). Redirects are never followed; a 3xx is returned as is.
+SSRF is enforced inside the transport, not only before it: the connector's resolver is ours
+(`_CheckingResolver`). Every new connection resolves the host, checks every address against
+the policy for this request's scheme and connects only to checked addresses, so a DNS answer
+that changes between the registration's check and the connection (rebinding) is refused. An
+IP-literal host is checked before the request. The host name still goes out as TLS SNI and in
+Host, and the certificate is checked against it. No proxies (`trust_env` off: a proxy would
+make the connection, and the check would be about the proxy). Redirects are never followed;
+a 3xx is returned as is. Nothing is decompressed (`Accept-Encoding: identity`).
 
-`timeout` is a deadline for the whole attempt (URL check + connect + TLS + send + response
-head + body excerpt), not per socket operation, so a receiver that trickles bytes cannot hold a
-send. Name resolution runs on the sender's resolver threads (`RESOLVER_THREADS`); a lookup
-outliving the deadline finishes there, unwaited.
+`timeout` is a deadline for the whole attempt (connect + TLS + send + response head + body
+excerpt), not per socket operation, so a receiver that trickles bytes cannot hold a send.
+Name resolution runs on the sender's resolver threads (`RESOLVER_THREADS`); a lookup outliving
+the deadline finishes there, unwaited.
+
+Request headers: the caller's (names are tokens, values printable ASCII, each name once in
+any letter case), then ours: Host, Content-Length, User-Agent and Accept-Encoding belong to
+the transport, and a caller naming one of them (or a hop-by-hop header) is a `request` error,
+so no header ever goes out twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import logging
 import math
 import os
 import re
+import socket
 import ssl
 import threading
 import time
@@ -52,10 +61,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from types import SimpleNamespace
 from typing import NamedTuple
 
-import httptools
-import httpx
+import aiohttp
+import yarl
+from aiohttp.abc import AbstractResolver, ResolveResult
+from django.conf import settings
+from multidict import CIMultiDict
 
 from webhooks import ssrf
 from webhooks.ssrf import ParsedTarget, UnsafeDestination
@@ -63,13 +76,25 @@ from webhooks.ssrf import ParsedTarget, UnsafeDestination
 logger = logging.getLogger(__name__)
 
 EXCERPT_BYTES = 2048
-# A status line and headers longer than this are refused (`protocol`).
+# A status line plus headers longer than this is refused (`protocol`); aiohttp's parser bounds
+# what it reads before that to MAX_HEADER_LINE bytes a line and MAX_HEADERS lines.
 MAX_HEAD_BYTES = 65536
+MAX_HEADER_LINE = 8190
+MAX_HEADERS = 128
 USER_AGENT = "a2a-platform-webhooks/1"
-# Idle keep-alive connections are reused for this long, and at most this many are kept.
+# Idle keep-alive connections are reused for this long.
 KEEPALIVE_SECONDS = 5.0
-MAX_IDLE_CONNECTIONS = 256
 RESOLVER_THREADS = 32
+
+# Set by the transport, whatever the caller passes.
+_OURS = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+_OURS_LOWER = {name.lower() for name in _OURS}
+# Framed by the client from the URL and the body.
+_FRAMING = {"host", "content-length", "transfer-encoding"}
+# Hop-by-hop (RFC 9110 §7.6.1): about this connection, which the client manages.
+_HOP_BY_HOP = {"connection", "keep-alive", "te", "trailer", "upgrade", "expect"}
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_VALUE = re.compile(r"^[\x20-\x7e\t]*$")
 
 
 @dataclass(frozen=True)
@@ -121,51 +146,87 @@ def post(
 
 
 def close_client() -> None:
-    """Close the process's idle connections (worker shutdown, tests)."""
+    """Close the process's connections (worker shutdown, tests); the next send opens anew."""
     sender = _current
     if sender is not None and sender.pid == os.getpid():
-        sender.call_and_wait(sender.pool.close_all)
+        asyncio.run_coroutine_threadsafe(sender.close_session(), sender.loop).result(timeout=10)
+
+
+def request_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """The headers a request goes out with, Host and Content-Length aside (the client adds
+    those from the checked URL and the body). ValueError for a name that is not a token, a
+    value that is not printable ASCII, a name given twice in any letter case, or a name that
+    belongs to the transport."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if not _TOKEN.match(name):
+            raise ValueError(f"{name!r} is not a valid header name")
+        lower = name.lower()
+        if lower in _FRAMING or lower in _HOP_BY_HOP or lower in _OURS_LOWER:
+            raise ValueError(f"the {name} header is set by the transport")
+        if lower in out:
+            raise ValueError(f"the {name} header is given twice")
+        if not _VALUE.match(value):
+            raise ValueError(f"the {name} header's value is not printable ASCII")
+        out[name] = value
+    out.extend(_OURS)
+    return out
 
 
 # --- the sender loop ----------------------------------------------------------------------
 
 
 class _Sender:
-    """An event loop on a daemon thread, with its connection pool."""
+    """An event loop on a daemon thread, with its aiohttp session (made on the loop)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.pool = _Pool()
-        self.ssl_context = httpx.create_ssl_context()
+        # Name resolution blocks a thread per lookup; enough of them that a few receivers
+        # whose DNS hangs cannot hold up every other receiver's lookups.
+        self.resolver_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=RESOLVER_THREADS, thread_name_prefix="webhook-dns"
+        )
+        self.session: aiohttp.ClientSession | None = None
         self.thread = threading.Thread(target=self._run, name="webhook-sender", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        # Name resolution blocks a thread per lookup; enough of them that a few receivers
-        # whose DNS hangs cannot hold up every other receiver's lookups.
-        self.loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(
-                max_workers=RESOLVER_THREADS, thread_name_prefix="webhook-dns"
-            )
-        )
         self.loop.run_forever()
 
     def call(self, fn, *args, **kwargs) -> None:
         self.loop.call_soon_threadsafe(functools.partial(fn, self, *args, **kwargs))
 
-    def call_and_wait(self, fn) -> None:
-        done = concurrent.futures.Future()
+    def client(self) -> aiohttp.ClientSession:
+        """The session (on the loop thread only)."""
+        if self.session is None or self.session.closed:
+            tracing = aiohttp.TraceConfig()
+            tracing.on_connection_reuseconn.append(_note_reuse)
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    resolver=_CheckingResolver(self.loop, self.resolver_pool),
+                    # Every new connection asks the resolver, which checks the answer.
+                    use_dns_cache=False,
+                    limit=0,  # the pump's window and the endpoint caps bound concurrency
+                    keepalive_timeout=KEEPALIVE_SECONDS,
+                ),
+                timeout=aiohttp.ClientTimeout(total=None),  # our deadline (asyncio.timeout)
+                trust_env=False,
+                auto_decompress=False,
+                skip_auto_headers=("Accept", "Content-Type"),
+                max_line_size=MAX_HEADER_LINE,
+                max_field_size=MAX_HEADER_LINE,
+                max_headers=MAX_HEADERS,
+                trace_configs=[tracing],
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self.session
 
-        def run() -> None:
-            try:
-                fn()
-            finally:
-                done.set_result(None)
-
-        self.loop.call_soon_threadsafe(run)
-        done.result(timeout=10)
+    async def close_session(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
 
 
 _sender_lock = threading.Lock()
@@ -212,56 +273,80 @@ def _settle(
         future.set_exception(exc)
 
 
+# --- the connect-time check ------------------------------------------------------------------
+
+# The target of the request being sent, for the resolver: aiohttp resolves inside the
+# request's task, so the task's context carries it (each send is a task of its own).
+_target: contextvars.ContextVar[ParsedTarget] = contextvars.ContextVar("webhook_target")
+
+
+class _CheckingResolver(AbstractResolver):
+    """Resolves on the sender's resolver threads and refuses (UnsafeDestination, which aiohttp
+    lets through unwrapped) unless every address passes the SSRF policy for the request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool) -> None:
+        self.loop = loop
+        self.pool = pool
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        target = _target.get()
+        if host != target.host:  # never resolve a name the URL check did not see
+            raise UnsafeDestination("host", f"{host!r} is not the checked host")
+        addresses = await self.loop.run_in_executor(self.pool, ssrf.resolve, host, port)
+        try:
+            ssrf.check_addresses(target, addresses)
+        except UnsafeDestination as exc:
+            logger.warning(
+                "webhook connect refused",
+                extra={"host": host, "addresses": addresses, "reason": exc.reason},
+            )
+            raise
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in addresses
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+async def _note_reuse(session, context, params) -> None:
+    context.trace_request_ctx.reused = True
+
+
 # --- one attempt ----------------------------------------------------------------------------
-
-
-class _Broken(Exception):
-    """No connection, a connection that broke, or broken HTTP (`error_class` says which)."""
-
-    def __init__(self, error_class: str, detail: str) -> None:
-        super().__init__(detail)
-        self.error_class = error_class
 
 
 async def _attempt(sender: _Sender, request: PostRequest, timeout: float) -> TransportResult:
     started = time.perf_counter()
     body = request.body.encode("utf-8") if isinstance(request.body, str) else request.body
-    connection: _Connection | None = None
     try:
         async with asyncio.timeout(timeout):
             target = ssrf.parse_url(request.url)
-            head = _request_head(target, request.headers, len(body))
-            addresses = await _addresses(sender, target)
-            ssrf.check_addresses(target, addresses)
-            connection = sender.pool.take(target)
-            if connection is not None:
-                try:
-                    connection.send(head, body)
-                    await connection.head_received()
-                except _Broken:
-                    if connection.received:
-                        raise
-                    # Closed by the receiver while idle, before a byte of the answer: the
-                    # usual keep-alive race, not a failing endpoint. Once more, on a new one.
-                    connection.close()
-                    connection = None
-            if connection is None:
-                connection = await _connect(sender, target)
-                connection.send(head, body)
-                await connection.head_received()
+            if target.literal:
+                ssrf.check_addresses(target, [target.host])
+            url = _url(target)
+            headers = request_headers(request.headers)
+            tls = _tls_context(settings.A2A_WEBHOOK_CA_BUNDLE) if target.scheme == "https" else None
+            _target.set(target)
+            response = await _send(sender.client(), url, body, headers, tls)
         # The status line is the receiver's answer: a body that breaks or stalls afterwards
         # is noted on the result, not turned into a failure.
-        detail = await connection.read_excerpt(deadline=started + timeout)
-        status, answer, excerpt = connection.status, connection.headers, connection.excerpt
-        if connection.reusable():
-            sender.pool.give(target, connection)
-        else:
-            connection.close()
-        connection = None
+        excerpt, detail = await _read_excerpt(response, deadline=started + timeout)
+        answer = {name.lower(): value for name, value in response.headers.items()}
         return TransportResult(
-            status=status,
+            status=response.status,
             headers=answer,
-            body_excerpt=_decode(excerpt, _charset(answer.get("content-type"))),
+            body_excerpt=_decode(excerpt, response.charset),
             duration_ms=_elapsed_ms(started),
             error_class=None,
             retry_after=parse_retry_after(answer.get("retry-after")),
@@ -269,281 +354,131 @@ async def _attempt(sender: _Sender, request: PostRequest, timeout: float) -> Tra
         )
     except UnsafeDestination as exc:
         return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
+    except _BadBundle as exc:
+        return _failure("tls", str(exc), started)
     except TimeoutError:
         return _failure("timeout", "the delivery timeout elapsed", started)
-    except _Broken as exc:
-        return _failure(exc.error_class, str(exc), started)
+    except aiohttp.ClientSSLError as exc:
+        return _failure("tls", _reason(exc), started)
+    except aiohttp.ClientConnectorError as exc:
+        return _failure("connect", _reason(exc), started)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        return _failure("network", _reason(exc), started)
+    except aiohttp.ClientResponseError as exc:
+        return _failure("protocol", f"malformed HTTP response: {exc.message}", started)
     except (UnicodeError, ValueError) as exc:
         return _failure("request", f"{type(exc).__name__}: {exc}", started)
     except OSError as exc:
         return _failure("network", f"{type(exc).__name__}: {exc}", started)
-    finally:
-        if connection is not None:
-            connection.close()
 
 
-async def _addresses(sender: _Sender, target: ParsedTarget) -> list[str]:
-    if target.literal:
-        return [target.host]
-    return await sender.loop.run_in_executor(None, ssrf.resolve, target.host, target.port)
-
-
-async def _connect(sender: _Sender, target: ParsedTarget) -> _Connection:
-    """A new connection: resolve again, check every address, connect to the first checked
-    address that answers."""
-    addresses = await _addresses(sender, target)
-    try:
-        ssrf.check_addresses(target, addresses)
-    except UnsafeDestination as exc:
-        logger.warning(
-            "webhook connect refused",
-            extra={"host": target.host, "addresses": addresses, "reason": exc.reason},
-        )
-        raise
-    tls = sender.ssl_context if target.scheme == "https" else None
-    last: Exception | None = None
-    for address in addresses:
+async def _send(
+    session: aiohttp.ClientSession,
+    url: yarl.URL,
+    body: bytes,
+    headers: CIMultiDict[str],
+    tls: ssl.SSLContext | None,
+) -> aiohttp.ClientResponse:
+    """The response, its head read. A kept-alive connection the receiver closed while idle,
+    before a byte of the answer (the usual keep-alive race, not a failing endpoint), is tried
+    once more on another connection: a delivery is at-least-once, its webhook-id dedupes."""
+    for last_try in (False, True):
+        reuse = SimpleNamespace(reused=False)
         try:
-            _, connection = await sender.loop.create_connection(
-                _Connection,
-                host=address,
-                port=target.port,
-                ssl=tls,
-                server_hostname=target.host if tls else None,
+            response = await session.post(
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                ssl=tls if tls is not None else True,
+                trace_request_ctx=reuse,
             )
-            return connection
-        except (ssl.SSLError, ssl.CertificateError) as exc:
-            raise _Broken("tls", f"{type(exc).__name__}: {exc}") from None
-        except OSError as exc:
-            last = exc
-    raise _Broken("connect", f"{type(last).__name__}: {last}")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if last_try or not reuse.reused or isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            continue
+        if _head_bytes(response) > MAX_HEAD_BYTES:
+            response.close()
+            raise aiohttp.ClientResponseError(
+                response.request_info,
+                (),
+                message=f"response head longer than {MAX_HEAD_BYTES} bytes",
+            )
+        return response
+    raise AssertionError("unreachable")
 
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_FRAMING = {"host", "content-length", "transfer-encoding", "connection"}
+def _head_bytes(response: aiohttp.ClientResponse) -> int:
+    return (
+        len(response.reason or "") + 15 + sum(len(k) + len(v) + 4 for k, v in response.raw_headers)
+    )
 
 
-def _request_head(target: ParsedTarget, headers: Mapping[str, str], length: int) -> bytes:
-    """The request line and headers. Header names must be tokens and values ASCII without
-    control characters (no header injection); framing headers are ours alone."""
+async def _read_excerpt(
+    response: aiohttp.ClientResponse, *, deadline: float
+) -> tuple[bytes, str | None]:
+    """The body up to EXCERPT_BYTES, and a note when it broke or stalled. The connection goes
+    back to the pool only when the whole body was read."""
+    excerpt = bytearray()
+    detail = None
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
+            while len(excerpt) < EXCERPT_BYTES:
+                chunk = await response.content.read(EXCERPT_BYTES - len(excerpt))
+                if not chunk:
+                    break
+                excerpt += chunk
+    except TimeoutError:
+        detail = "response body: timeout"
+    except (aiohttp.ClientError, OSError) as exc:
+        detail = f"response body: {_reason(exc)}"
+    if detail is None and response.content.at_eof():
+        response.release()
+    else:
+        response.close()
+    return bytes(excerpt), detail
+
+
+def _url(target: ParsedTarget) -> yarl.URL:
+    """The request URL, built from the checked parts alone (so no second parser reads
+    another host): the path and query are already percent-encoded."""
+    path, _, query = target.path_qs.partition("?")
     host = f"[{target.host}]" if ":" in target.host else target.host
-    if target.port != (443 if target.scheme == "https" else 80):
-        host = f"{host}:{target.port}"
-    lines = [
-        f"POST {target.path_qs} HTTP/1.1",
-        f"Host: {host}",
-        f"User-Agent: {USER_AGENT}",
-        # identity: the excerpt is 2 KB, never decompress (a small gzip can be huge).
-        "Accept-Encoding: identity",
-        f"Content-Length: {length}",
-    ]
-    for name, value in headers.items():
-        if not _TOKEN.match(name):
-            raise ValueError(f"{name!r} is not a valid header name")
-        if name.lower() in _FRAMING:
-            raise ValueError(f"the {name} header is set by the transport")
-        if _BAD_VALUE.search(value):
-            raise ValueError(f"the {name} header has a control character")
-        lines.append(f"{name}: {value}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    return yarl.URL.build(
+        scheme=target.scheme,
+        host=host,
+        port=target.port,
+        path=path,
+        query_string=query,
+        encoded=True,
+    )
 
 
-class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection: one request at a time, the response parsed by httptools."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.idle_since = 0.0
-        self._parser = httptools.HttpResponseParser(self)
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: _Broken | None = None
-        self.reset()
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if not self._busy or self._complete:
-            self._fail(_Broken("protocol", "data outside a response"))
-            self.close()
-            return
-        self.received += len(data)
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(_Broken("protocol", "the receiver switched protocols"))
-        except httptools.HttpParserError as exc:
-            self._fail(_Broken("protocol", f"malformed HTTP response: {exc}"))
-        if not self._have_head and self.received > MAX_HEAD_BYTES:
-            self._fail(_Broken("protocol", f"response head longer than {MAX_HEAD_BYTES} bytes"))
-            self.close()
-
-    def eof_received(self) -> bool:
-        if self._have_head and not self._complete:
-            # A body delimited by the end of the connection (HTTP/1.0 style) ends here.
-            self._complete = True
-        self._fail(_Broken("network", "the receiver closed the connection"))
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._fail(_Broken("network", f"connection lost: {exc}" if exc else "connection closed"))
-
-    # httptools callbacks
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value) + 4
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._fail(_Broken("protocol", f"response head longer than {MAX_HEAD_BYTES} bytes"))
-            raise ValueError("response head too long")  # stops the parser
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        status = self._parser.get_status_code()
-        if 100 <= status < 200:
-            self.headers = {}  # an interim response: the final one follows
-            self._head_bytes = 0
-            return
-        self.status = status
-        self._have_head = True
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        if len(self._body) < EXCERPT_BYTES:
-            self._body += body
-            if len(self._body) >= EXCERPT_BYTES:
-                self._wake()
-
-    def on_message_complete(self) -> None:
-        if not self._have_head:
-            return  # the interim response ended
-        self._complete = True
-        self._keep_alive = self._parser.should_keep_alive()
-        self._wake()
-
-    # the attempt's side
-
-    def send(self, head: bytes, body: bytes) -> None:
-        if self.closed or self.transport is None:
-            raise _Broken("network", "the connection closed before the request")
-        self._busy = True
-        self.transport.write(head + body)
-
-    async def head_received(self) -> None:
-        while not self._have_head:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
-
-    async def read_excerpt(self, *, deadline: float) -> str | None:
-        """Read the body up to EXCERPT_BYTES (`excerpt`); a note when it broke or stalled."""
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
-                while not self._complete and len(self._body) < EXCERPT_BYTES:
-                    if self._error is not None:
-                        raise self._error
-                    await self._wait()
-        except TimeoutError:
-            return "response body: timeout"
-        except _Broken as exc:
-            return f"response body: {exc}"
-        finally:
-            self.excerpt = bytes(self._body[:EXCERPT_BYTES])
-        return None
-
-    @property
-    def healthy(self) -> bool:
-        return self._error is None
-
-    def reusable(self) -> bool:
-        return self._complete and self._keep_alive and self._error is None and not self.closed
-
-    def reset(self) -> None:
-        """Ready for the next request on this connection."""
-        self.status: int | None = None
-        self.headers: dict[str, str] = {}
-        self.excerpt = b""
-        self.received = 0  # bytes of the answer so far
-        self._head_bytes = 0
-        self._body = bytearray()
-        self._busy = self._have_head = self._complete = self._keep_alive = False
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def _fail(self, error: _Broken) -> None:
-        if self._error is None:
-            self._error = error
-        self._wake()
+class _BadBundle(Exception):
+    """A2A_WEBHOOK_CA_BUNDLE names no readable PEM bundle."""
 
 
-class _Pool:
-    """Idle keep-alive connections per origin (loop thread only, so no lock)."""
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca_bundle: str) -> ssl.SSLContext:
+    """Certificates checked against `ca_bundle` (a PEM file) or, when empty, the system's
+    trust store; host names checked; TLS 1.2 at least. Cached per bundle path (a bundle
+    replaced on disk is read again by a new process, or after `_tls_context.cache_clear()`)."""
+    try:
+        return ssl.create_default_context(cafile=ca_bundle or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise _BadBundle(
+            f"A2A_WEBHOOK_CA_BUNDLE={ca_bundle!r} cannot be read as PEM CA certificates: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
-    def __init__(self) -> None:
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._count = 0
 
-    def take(self, target: ParsedTarget) -> _Connection | None:
-        idle = self._idle.get((target.scheme, target.host, target.port))
-        now = time.monotonic()
-        while idle:
-            connection = idle.pop()
-            self._count -= 1
-            fresh = now - connection.idle_since < KEEPALIVE_SECONDS
-            if fresh and not connection.closed and connection.healthy:
-                return connection
-            connection.close()
-        return None
-
-    def give(self, target: ParsedTarget, connection: _Connection) -> None:
-        """Keep `connection` for reuse; when the pool is full even after dropping what has
-        expired, close it instead."""
-        if self._count >= MAX_IDLE_CONNECTIONS:
-            self._drop_expired()
-        if self._count >= MAX_IDLE_CONNECTIONS:
-            connection.close()
-            return
-        connection.reset()
-        connection.idle_since = time.monotonic()
-        self._idle.setdefault((target.scheme, target.host, target.port), []).append(connection)
-        self._count += 1
-
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for key, idle in list(self._idle.items()):
-            kept = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE_SECONDS]
-            for connection in set(idle) - set(kept):
-                connection.close()
-            if kept:
-                self._idle[key] = kept
-            else:
-                del self._idle[key]
-        self._count = sum(len(idle) for idle in self._idle.values())
-
-    def close_all(self) -> None:
-        for idle in self._idle.values():
-            for connection in idle:
-                connection.close()
-        self._idle.clear()
-        self._count = 0
+def _reason(exc: BaseException) -> str:
+    """What went wrong, without the URL (whose path or query may hold a secret)."""
+    cause = exc.__cause__ or getattr(exc, "os_error", None) or exc
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        cause = exc.certificate_error
+    text = str(cause) if not isinstance(cause, aiohttp.ClientConnectorError) else cause.strerror
+    return f"{type(cause).__name__}: {text}"
 
 
 # --- results --------------------------------------------------------------------------------
@@ -590,11 +525,3 @@ def _failure(error_class: str, detail: str, started: float) -> TransportResult:
         retry_after=None,
         error_detail=detail[:300],
     )
-
-
-_CHARSET = re.compile(r"charset\s*=\s*\"?([A-Za-z0-9._-]{1,40})", re.IGNORECASE)
-
-
-def _charset(content_type: str | None) -> str | None:
-    match = _CHARSET.search(content_type or "")
-    return match.group(1) if match else None

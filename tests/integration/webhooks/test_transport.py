@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tasks import services
+from tests.factories import user_message
 from webhooks import ssrf, transport
 from webhooks.transport import PostRequest, TransportResult, post
 
@@ -445,10 +447,13 @@ def test_post_decimal_literal_is_refused(receiver, no_allowlist):
     [["127.0.0.1"], [PUBLIC_V4, "127.0.0.1"], ["::ffff:127.0.0.1"], ["169.254.169.254"]],
 )
 def test_post_dns_rebinding_is_refused_at_connect(receiver, no_allowlist, fake_dns, at_connect):
-    # check_url sees a public address; the connect-time lookup answers with a forbidden one.
+    # The registration's check sees a public address; the connect-time lookup answers with a
+    # forbidden one (and nothing is connected to, not even the public address beside it).
     fake_dns.answers["rebind.test"] = [[PUBLIC_V4], at_connect]
+    url = receiver.url("/ok", host="rebind.test", scheme="https")
+    ssrf.check_url(url)
 
-    result = post(receiver.url("/ok", host="rebind.test", scheme="https"), b"{}", {}, timeout=5)
+    result = post(url, b"{}", {}, timeout=5)
 
     assert result.error_class == "ssrf"
     assert fake_dns.lookups == ["rebind.test", "rebind.test"]
@@ -460,8 +465,10 @@ def test_plain_http_rebound_to_a_public_address_is_refused_at_connect(
 ):
     # http is allowed to the allowlisted loopback the check sees, never to the internet.
     fake_dns.answers["rebind.test"] = [["127.0.0.1"], [PUBLIC_V4]]
+    url = receiver.url("/ok", host="rebind.test")
+    ssrf.check_url(url)
 
-    result = post(receiver.url("/ok", host="rebind.test"), b"{}", {}, timeout=5)
+    result = post(url, b"{}", {}, timeout=5)
 
     assert result.error_class == "ssrf"
     assert "plain http" in result.error_detail
@@ -469,14 +476,28 @@ def test_plain_http_rebound_to_a_public_address_is_refused_at_connect(
     assert_nothing_received(receiver)
 
 
-def test_connect_refuses_a_forbidden_address_by_itself(receiver, no_allowlist):
-    # Whatever asks it, a new connection checks: a second line of defence behind the URL check.
-    target = ssrf.ParsedTarget("http", "127.0.0.1", receiver.port, "/ok", literal=True)
+def test_the_connect_time_resolver_refuses_by_itself(no_allowlist, fake_dns):
+    # Whatever asks it, the connector's resolver checks: a second line of defence behind the
+    # URL check, and it resolves only the host the check parsed.
+    fake_dns.answers["inside.test"] = [["10.0.0.7"]]
     sender = transport._sender()
-    connecting = asyncio.run_coroutine_threadsafe(transport._connect(sender, target), sender.loop)
-    with pytest.raises(transport.UnsafeDestination):
-        connecting.result(timeout=5)
-    assert_nothing_received(receiver)
+    resolver = transport._CheckingResolver(sender.loop, sender.resolver_pool)
+
+    def resolve(host: str, target: ssrf.ParsedTarget):
+        async def run():
+            transport._target.set(target)
+            return await resolver.resolve(host, 443)
+
+        return asyncio.run_coroutine_threadsafe(run(), sender.loop).result(timeout=5)
+
+    inside = ssrf.ParsedTarget("https", "inside.test", 443, "/")
+    with pytest.raises(transport.UnsafeDestination) as refused:
+        resolve("inside.test", inside)
+    assert refused.value.reason == "private"
+    with pytest.raises(transport.UnsafeDestination) as other:
+        resolve("elsewhere.test", inside)
+    assert other.value.reason == "host"
+    assert fake_dns.lookups == ["inside.test"]
 
 
 def test_post_connects_to_the_checked_address_keeping_the_host_name(
@@ -488,7 +509,74 @@ def test_post_connects_to_the_checked_address_keeping_the_host_name(
 
     assert result.ok
     assert receiver.requests[0].header("Host") == f"receiver.test:{receiver.port}"
-    assert fake_dns.lookups == ["receiver.test", "receiver.test"]
+    # One lookup, by the connector's resolver, which checked the address it connected to.
+    assert fake_dns.lookups == ["receiver.test"]
+
+
+# --- the request on the wire ----------------------------------------------------------------
+
+
+def _capture_one_request(listener: socket.socket, heads: list[bytes]) -> None:
+    conn, _ = listener.accept()
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")[1:]
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += conn.recv(65536)
+        heads.append(head)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.django_db
+def test_a_real_delivery_goes_out_with_each_header_once(agent, allow_loopback):
+    """The head of a real claim's request as the receiver reads it, byte for byte: every
+    header name once in any letter case (aiohttp's server answers 400 to a duplicate
+    User-Agent), the config's token and credentials in their own headers only."""
+    from webhooks.delivery import delivery_claim_batch
+    from webhooks.services import push_config_create
+
+    heads: list[bytes] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        server = threading.Thread(target=_capture_one_request, args=(listener, heads))
+        server.start()
+        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        push_config_create(
+            task=task,
+            config={
+                "id": "cfg",
+                "url": f"http://127.0.0.1:{port}/hook",
+                "token": "tok",
+                "authentication": {"scheme": "Bearer"},
+            },
+        )
+        [claim] = delivery_claim_batch(limit=1)
+        result = post(claim.url, claim.body, claim.headers, timeout=5)
+        server.join(timeout=5)
+
+    assert result.status == 200
+    [head] = heads
+    request_line, *lines = head.decode("ascii").split("\r\n")
+    assert request_line == "POST /hook HTTP/1.1"
+    names = [line.split(":", 1)[0].lower() for line in lines]
+    assert len(names) == len(set(names)), f"a header twice: {names}"
+    assert sorted(names) == sorted(
+        {name.lower() for name in claim.headers}
+        | {"host", "content-length", "user-agent", "accept-encoding"}
+    )
+    sent = dict(line.split(": ", 1) for line in lines)
+    assert sent["Host"] == f"127.0.0.1:{port}"
+    assert sent["Content-Length"] == str(len(claim.body))
+    assert sent["User-Agent"] == transport.USER_AGENT
+    assert sent["X-A2A-Notification-Token"] == "tok"
+    assert sent["Authorization"].startswith("Bearer ey")
 
 
 # --- guarded sends (the delivery pump's) ------------------------------------------------------
@@ -536,7 +624,7 @@ def test_submit_turns_a_bug_into_an_internal_result(monkeypatch):
     def broken(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(transport, "_request_head", broken)
+    monkeypatch.setattr(transport, "request_headers", broken)
     [send] = transport.submit([PostRequest("https://example.com/", b"{}", {})], timeout=1.0)
     result = send.result(timeout=5)
     assert (result.status, result.error_class) == (None, "internal")
