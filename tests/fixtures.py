@@ -18,32 +18,47 @@ def scripted_agent(db):
     return AgentFactory(executor="scripted")
 
 
+class Procs:
+    """Starts real processes with `worker(...)` / `beat(...)`, logs in `log_dir`; `stop_all`
+    stops them and prints each log's tail (pytest shows it only when a test failed)."""
+
+    def __init__(self, log_dir) -> None:
+        self.log_dir = log_dir
+        self.started: list[processes.Proc] = []
+
+    def worker(self, **kw):
+        p = processes.start_worker(self.log_dir, **kw)
+        self.started.append(p)
+        return p
+
+    def beat(self, **kw):
+        p = processes.start_beat(self.log_dir, **kw)
+        self.started.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(self.started):
+            p.stop()
+            print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
+        if any(p.killed for p in self.started):
+            processes.forget_unacked()
+
+
 @pytest.fixture
 def procs(tmp_path):
     """Start real processes with `procs.worker(...)` / `procs.beat(...)`; all stopped at the end."""
-
-    class Procs:
-        def __init__(self) -> None:
-            self.started: list[processes.Proc] = []
-
-        def worker(self, **kw):
-            p = processes.start_worker(tmp_path, **kw)
-            self.started.append(p)
-            return p
-
-        def beat(self, **kw):
-            p = processes.start_beat(tmp_path, **kw)
-            self.started.append(p)
-            return p
-
-    holder = Procs()
+    holder = Procs(tmp_path)
     yield holder
-    for p in reversed(holder.started):
-        p.stop()
-        # Captured by pytest: shown only when the test failed.
-        print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
-    if any(p.killed for p in holder.started):
-        processes.forget_unacked()
+    holder.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_procs(django_db_setup, tmp_path_factory):
+    """`procs` for a whole module: a worker started once serves every test of it (each test's
+    data is committed and then flushed, and the worker keeps no state of it that matters)."""
+    holder = Procs(tmp_path_factory.mktemp("procs"))
+    yield holder
+    holder.stop_all()
 
 
 @pytest.fixture

@@ -21,7 +21,10 @@ Before answering, it reads the control file (JSON; absent or unreadable means
                                          b_k; the last one repeats
 
 `ReceiverProcess` (below) starts, stops and restarts it, changes its behaviour (atomically:
-write a temporary file, then rename) and reads its records.
+write a temporary file, then rename) and reads its records. It starts other receivers too
+(`command=`: the stacks of tests/receivers/, which answer by path, not by a control file):
+any program that takes `--port P --record FILE`, prints `listening on 127.0.0.1:P` once it
+accepts connections, and writes the records above.
 """
 
 from __future__ import annotations
@@ -29,13 +32,15 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import copy
 import json
 import os
 import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -170,6 +175,9 @@ class Record:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     answer: dict[str, Any]
+    # The headers as recorded: names as sent, in order, a repeated one repeated (as raw as the
+    # receiver's stack hands them over; `headers` keeps the last of each name).
+    raw_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -190,11 +198,18 @@ class Record:
 class ReceiverProcess:
     """A `python -m tests.webhook_receiver` child on a fixed port (kept across restarts, so a
     registered webhook URL stays valid), with its records and control file in `log_dir`.
+    `command` starts that program instead (given `--port P --record FILE`; it reads no
+    control file).
     `tls` (a certificate for `localhost` and its key: `.cert_path`, `.key_path`, e.g.
     tests.tls.Leaf) makes it serve https, and its URL https://localhost:PORT/hook."""
 
     def __init__(
-        self, log_dir: Path, name: str = "receiver", path: str = "/hook", tls=None
+        self,
+        log_dir: Path,
+        name: str = "receiver",
+        path: str = "/hook",
+        tls=None,
+        command: Sequence[str] | None = None,
     ) -> None:
         from tests.live import free_port
 
@@ -202,6 +217,7 @@ class ReceiverProcess:
         self.name = name
         self.port = free_port()
         self.path = path
+        self.command = list(command) if command is not None else None
         self.tls = tls
         self.record_path = log_dir / f"{name}.records.jsonl"
         self.control_path = log_dir / f"{name}.control.json"
@@ -216,8 +232,18 @@ class ReceiverProcess:
     def origin(self) -> str:
         return f"https://localhost:{self.port}" if self.tls else f"http://{HOST}:{self.port}"
 
+    def at(self, path: str) -> ReceiverProcess:
+        """This receiver with webhooks registered at `path` (`url` and `path` differ; the
+        process, port and records are the same): for a receiver that answers by path. Read
+        and register with it; start and stop the original."""
+        view = copy.copy(self)
+        view.path = path
+        return view
+
     def behave(self, **behaviour: Any) -> None:
         """Set the behaviour for the requests that follow (see the module docstring)."""
+        if self.command is not None:
+            raise TypeError(f"{self.name} answers by path; it reads no control file")
         tmp = self.control_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(behaviour))
         os.replace(tmp, self.control_path)
@@ -227,16 +253,14 @@ class ReceiverProcess:
 
         name = self.name if not self.procs else f"{self.name}-{len(self.procs) + 1}"
         cmd = [
-            sys.executable,
-            "-m",
-            "tests.webhook_receiver",
+            *(self.command or [sys.executable, "-m", "tests.webhook_receiver"]),
             "--port",
             str(self.port),
             "--record",
             str(self.record_path),
-            "--control",
-            str(self.control_path),
         ]
+        if self.command is None:
+            cmd += ["--control", str(self.control_path)]
         if self.tls:
             cmd += ["--tls-cert", str(self.tls.cert_path), "--tls-key", str(self.tls.key_path)]
         self.proc = Proc(name, cmd, process_env(), self.log_dir)
@@ -267,15 +291,17 @@ class ReceiverProcess:
             if not line.endswith("\n"):
                 break  # being written
             raw = json.loads(line)
+            raw_headers = tuple((k, v) for k, v in raw["headers"])
             out.append(
                 Record(
                     n=raw["n"],
                     at=raw["at"],
                     method=raw["method"],
                     path=raw["path"],
-                    headers={k.lower(): v for k, v in raw["headers"]},
+                    headers={k.lower(): v for k, v in raw_headers},
                     body=base64.b64decode(raw["body_b64"]),
                     answer=raw["answer"],
+                    raw_headers=raw_headers,
                 )
             )
         return out
