@@ -46,7 +46,10 @@ Figures:
   CPU ms per delivery over the delivery window: the webhooks workers, this database's
   PostgreSQL backends (in live runs the window includes the producers' statements), and the
   whole machine (other tenants of the machine included).
-  Target (reported, not asserted): >= 1,000 durable deliveries/s sustained.
+  Target (reported, not asserted): >= 1,000 durable deliveries/s sustained. "Durable": an
+  event's TaskEvent and Delivery rows are committed (synchronous_commit as the server has it,
+  printed in the header) before anything is sent; the pump's claims and records commit with
+  synchronous_commit off (a lost one re-sends with the same webhook-id), as in production.
 - Producer cost: CPU ms per event of the producer processes and of PostgreSQL while the
   drain runs commit their events (no webhooks worker running).
 - Latency: --rate events/s offered for --seconds on 200 tasks in turn (a paced schedule:
@@ -88,6 +91,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -1103,8 +1107,15 @@ def main() -> None:
             f"# webhooks workers: celery -Q webhooks -P {args.pool} -c {args.concurrency}; "
             f"producers: {args.producer_procs} processes x {args.producer_threads} threads; "
             f"sweeper: {'beat + heartbeat worker' if sweeper else 'off'}; "
-            f"PostgreSQL synchronous_commit={pg_setting(db, 'synchronous_commit')}; "
             f"broker {args.broker}"
+        )
+        print(
+            f"# durable = each event's TaskEvent and Delivery rows committed before the deliver "
+            f"job is published, with PostgreSQL's synchronous_commit="
+            f"{pg_setting(db, 'synchronous_commit')}; the pump's claims and records commit "
+            f"with synchronous_commit off (webhooks/delivery.py relaxed_commits: a crash that "
+            f"loses one re-sends the delivery with the same webhook-id); transport: "
+            f"webhooks/transport.py (aiohttp {aiohttp.__version__})"
         )
         if capacity:
             print(

@@ -325,9 +325,12 @@ def check_addresses(target: ParsedTarget, addresses: list[str]) -> None:
         )
 
 
+@lru_cache(maxsize=4096)
 def parse_url(url: str) -> ParsedTarget:
     """The URL's checked parts, without resolving its host: scheme, a normalized host (an IP
-    literal in any form becomes its canonical address, `literal` set), port and path."""
+    literal in any form becomes its canonical address, `literal` set), port and path.
+    A function of the URL alone (no setting), so each process parses a webhook URL once; a
+    refusal raises and is not cached."""
     if not isinstance(url, str) or not url:
         raise UnsafeDestination("invalid_url", "the URL is empty")
     if len(url) > MAX_URL_LENGTH:

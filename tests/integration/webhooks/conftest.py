@@ -32,8 +32,7 @@ def fake_dns(monkeypatch):
     """`fake_dns.answers[name]` = list of answers, one per lookup (the last one repeats; an
     empty list: the name does not resolve). Other names (the address literals the transport
     connects to, localhost) resolve for real. It patches `socket.getaddrinfo`, so every
-    resolver in this process that uses it sees the answers. (test_transport.py has its own
-    copy of this fixture, which wins there until it is removed.)"""
+    resolver in this process that uses it sees the answers."""
     real = socket.getaddrinfo
 
     class FakeDNS:

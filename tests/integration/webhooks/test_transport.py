@@ -1,7 +1,8 @@
 """webhooks.transport against a real HTTP receiver on 127.0.0.1 (a ThreadingHTTPServer).
 
 The receiver counts accepted TCP connections as well as requests, so "refused" means nothing
-reached it at all. DNS is the edge we do not own: the rebinding tests fake `getaddrinfo`.
+reached it at all. DNS is the edge we do not own: the rebinding tests fake `getaddrinfo`
+(`fake_dns`, conftest.py).
 """
 
 from __future__ import annotations
@@ -189,38 +190,6 @@ def allow_loopback(settings):
 @pytest.fixture
 def no_allowlist(settings):
     settings.A2A_WEBHOOK_ALLOWED_NETWORKS = []
-
-
-@pytest.fixture
-def fake_dns(monkeypatch):
-    """`fake_dns.answers[name]` = list of answers, one per lookup (the last one repeats).
-    Other names (the address literals the transport connects to) resolve for real."""
-    real = socket.getaddrinfo
-
-    class FakeDNS:
-        answers: dict[str, list[list[str]]] = {}
-        lookups: list[str] = []
-
-        @staticmethod
-        def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002
-            if host not in FakeDNS.answers:
-                return real(host, port, family, type, proto, flags)
-            FakeDNS.lookups.append(host)
-            queue = FakeDNS.answers[host]
-            if not queue:
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            addresses = queue.pop(0) if len(queue) > 1 else queue[0]
-            return [
-                (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0))
-                if ":" in a
-                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
-                for a in addresses
-            ]
-
-    FakeDNS.answers = {}
-    FakeDNS.lookups = []
-    monkeypatch.setattr(socket, "getaddrinfo", FakeDNS.getaddrinfo)
-    return FakeDNS
 
 
 def assert_nothing_received(receiver: Receiver) -> None:

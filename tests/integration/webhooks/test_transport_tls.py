@@ -189,6 +189,28 @@ def test_the_ca_bundle_setting_is_read_for_each_new_connection(receiver, trusted
     assert len(receiver.requests) == 2
 
 
+def test_a_ca_bundle_replaced_on_disk_is_trusted_from_the_next_connection(
+    receiver, ca, tmp_path, settings, resolvable
+):
+    """A rotated bundle (a mounted file rewritten in place, same path) is read again for the
+    next new connection: here it stops trusting the receiver's CA, then trusts it again."""
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(ca.cert_path.read_bytes())
+    settings.A2A_WEBHOOK_CA_BUNDLE = str(bundle)
+    assert post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT).ok
+
+    other = CertificateAuthority(tmp_path, name="Another CA")
+    bundle.write_bytes(other.cert_path.read_bytes())
+    transport.close_client()
+    refused = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
+    assert refused.error_class == "tls", (refused.error_class, refused.error_detail)
+
+    bundle.write_bytes(other.cert_path.read_bytes() + ca.cert_path.read_bytes())
+    transport.close_client()
+    again = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
+    assert again.ok, (again.error_class, again.error_detail)
+
+
 # --- refused in the handshake --------------------------------------------------------------
 
 
