@@ -202,14 +202,14 @@ LOGGING = {
 }
 # Threads (each holding one pooled connection) that serve the protocol app's ORM calls.
 A2A_ORM_THREADS = env.int("A2A_ORM_THREADS", default=8)
-# Per-process caches on the protocol hot path (0 disables). An agent edit or a key revocation
-# takes effect within these many seconds.
-A2A_AGENT_CACHE_SECONDS = env.float(
-    "A2A_AGENT_CACHE_SECONDS", default=0 if PROFILE == "test" else 2
-)
-A2A_API_KEY_CACHE_SECONDS = env.float(
-    "A2A_API_KEY_CACHE_SECONDS", default=0 if PROFILE == "test" else 5
-)
+# Per-process caches on the protocol hot path (0 disables), the same in every profile (the
+# tests run with them). Each web process keeps the agent a tenant resolves to and each client
+# API key it has accepted for this long: an agent edit (disabled, description, capability
+# switches, the default moved) or a key revocation takes effect in every web process within
+# A2A_AGENT_CACHE_SECONDS / A2A_API_KEY_CACHE_SECONDS, and at once in the process that saved
+# it (its commit drops the entries there). Worker REST API keys are not cached.
+A2A_AGENT_CACHE_SECONDS = env.float("A2A_AGENT_CACHE_SECONDS", default=2)
+A2A_API_KEY_CACHE_SECONDS = env.float("A2A_API_KEY_CACHE_SECONDS", default=5)
 # Blocking SendMessage returns the task as it is after this many seconds at most.
 A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = env.float("A2A_SEND_MESSAGE_MAX_WAIT_SECONDS", default=30)
 # SSE streams: an idle stream gets a comment line every A2A_SSE_KEEPALIVE_SECONDS (proxies and
@@ -266,10 +266,9 @@ A2A_WEBHOOK_VACUUM_QUEUE_TABLES = env.bool("A2A_WEBHOOK_VACUUM_QUEUE_TABLES", de
 # A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
 A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)
 # Delivery signing keys are read once per this many seconds per worker process (0: always);
-# a key added or retired signs, or stops signing, within that time.
-A2A_SIGNING_KEY_CACHE_SECONDS = env.float(
-    "A2A_SIGNING_KEY_CACHE_SECONDS", default=0 if PROFILE == "test" else 5
-)
+# a key created, rotated or retired signs, or stops signing, in every worker within that time
+# (at once in the process that made the change). Keep a rotation's drain longer than this.
+A2A_SIGNING_KEY_CACHE_SECONDS = env.float("A2A_SIGNING_KEY_CACHE_SECONDS", default=5)
 # Retention: delivered deliveries, their attempts and task events older than this are purged
 # (batched) by a beat job; dead-lettered deliveries stay until an operator acts.
 A2A_RETENTION_DAYS = env.int("A2A_RETENTION_DAYS", default=14)

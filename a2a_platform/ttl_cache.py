@@ -1,13 +1,23 @@
-"""A small per-process TTL cache for the protocol hot path (agents, keys, rendered cards)."""
+"""A small per-process TTL cache for the protocol hot path (agents, keys, rendered cards).
+
+Each cache is per process: an entry is at most `ttl` seconds old, so a change committed by
+another process is seen here within that bound. The process that makes the change can drop
+its own entries at once (`discard`/`clear`, called on commit by the cache's owner: see
+`protocol/context.py` and `webhooks/delivery.py`). `clear_all` empties every cache of this
+process (test isolation, like Django's own cache clearing between tests).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+
+_instances: weakref.WeakSet[TTLCache] = weakref.WeakSet()
 
 
 class TTLCache(Generic[V]):
@@ -16,6 +26,7 @@ class TTLCache(Generic[V]):
         self._max = max_entries
         self._data: dict[Hashable, tuple[float, V]] = {}
         self._lock = threading.Lock()
+        _instances.add(self)
 
     def get(self, key: Hashable) -> V | None:
         item = self._data.get(key)
@@ -32,6 +43,16 @@ class TTLCache(Generic[V]):
                 self._data[key] = (time.monotonic() + ttl, value)
         return value
 
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+
+
+def clear_all() -> None:
+    """Empty every TTL cache of this process."""
+    for cache in list(_instances):
+        cache.clear()

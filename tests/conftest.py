@@ -52,6 +52,20 @@ def _empty_broker():
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_caches():
+    """Each test starts with this process's TTL caches (agents, API keys, signing keys, served
+    cards) empty, as Django empties its caches between tests: the suite runs with the
+    production TTLs, and an entry left by an earlier test (an agent or key since rolled back
+    or flushed, whose pk or slug a later test reuses) must not answer for it. Changes a test
+    makes itself are seen through the production path: the change's commit drops this
+    process's entries (protocol/context.py, webhooks/delivery.py), and other processes wait
+    for the TTL (tests/integration/test_cache_bounds.py)."""
+    from a2a_platform import ttl_cache
+
+    ttl_cache.clear_all()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_orm_threads(django_db_setup, django_db_blocker):
     """The protocol app's ORM threads keep their connections; close them before the test

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +93,44 @@ def start_web(
             if attempt == attempts or "address already in use" not in web.log().lower():
                 raise
     raise AssertionError("unreachable")
+
+
+# Beyond a web process's A2A_AGENT_CACHE_SECONDS: the card's own work (readiness, rendering).
+AGENT_CACHE_SLACK_SECONDS = 5.0
+
+
+def wait_serving(
+    web: LiveWeb, url: str, ok: Callable[[httpx.Response], bool], timeout: float = 30
+) -> httpx.Response:
+    """Poll GET `url` on `web` until it answers 200 and `ok(response)`; return that answer."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            response = httpx.get(url, timeout=5)
+            if response.status_code == 200 and ok(response):
+                return response
+            last = (response.status_code, response.text[:300])
+        except httpx.TransportError as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{web.proc.name}: {url} not as expected in {timeout}s: {last!r}")
+        time.sleep(0.05)
+
+
+def wait_serving_default(webs: Iterable[LiveWeb], name: str) -> None:
+    """Poll each web process's root card until it is the agent called `name`.
+
+    A web process caches the agent each tenant resolves to for A2A_AGENT_CACHE_SECONDS (per
+    process; the same setting the children read): after the default agent changes (each test
+    makes its own, and the last test's was flushed), the origin root may still answer for the
+    previous one until its entry expires. Fails past that bound plus a small slack."""
+    from django.conf import settings
+
+    bound = settings.A2A_AGENT_CACHE_SECONDS + AGENT_CACHE_SLACK_SECONDS
+    for web in webs:
+        card = f"{web.url}/.well-known/agent-card.json"
+        wait_serving(web, card, lambda r: r.json().get("name") == name, timeout=bound)
 
 
 @contextmanager

@@ -22,11 +22,12 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from a2a_platform.crypto import decrypt
 from a2a_platform.ttl_cache import TTLCache
-from agents.models import Agent
+from agents.models import Agent, SigningKey
 from agents.signing import ensure_signing_key, live_private_keys
 from webhooks import heads
 from webhooks.models import (
@@ -73,7 +74,18 @@ class _Signer(NamedTuple):
     slug: str  # the JWT issuer when the binding names none
 
 
+# Per process: a key created, rotated or retired elsewhere signs (or stops) here within
+# A2A_SIGNING_KEY_CACHE_SECONDS; in this process at once, on commit (below).
 _signers: TTLCache[_Signer] = TTLCache(lambda: settings.A2A_SIGNING_KEY_CACHE_SECONDS)
+
+
+def _signing_key_changed(sender, instance: SigningKey, using: str = "default", **_) -> None:
+    agent_pk = instance.agent_id
+    transaction.on_commit(lambda: _signers.discard(agent_pk), using=using)
+
+
+post_save.connect(_signing_key_changed, sender=SigningKey, dispatch_uid="webhooks.signer_saved")
+post_delete.connect(_signing_key_changed, sender=SigningKey, dispatch_uid="webhooks.signer_del")
 
 
 def _signer(agent_pk: int) -> _Signer:

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 
 from a2a_platform.protocol.errors import (
     EXTENSION_SUPPORT_REQUIRED,
@@ -17,7 +19,7 @@ from a2a_platform.protocol.errors import (
 )
 from a2a_platform.ttl_cache import TTLCache
 from agents.card import API_KEY_HEADER, declared_extensions, required_extensions
-from agents.models import Agent, ApiKeyKind, AuthMode
+from agents.models import Agent, ApiKey, ApiKeyKind, AuthMode
 from agents.selectors import agent_by_slug, default_agent
 from agents.services import api_key_authenticate
 
@@ -66,8 +68,29 @@ def parse_extensions(header: str | None) -> set[str]:
     return {uri.strip() for uri in header.split(",") if uri.strip()}
 
 
+# Per process: another process's agent edit or key revocation is seen here within
+# A2A_AGENT_CACHE_SECONDS / A2A_API_KEY_CACHE_SECONDS; one saved in this process (the admin, a
+# service, a command) drops this process's entries when it commits (the receivers below).
 _agents: TTLCache[Agent] = TTLCache(lambda: settings.A2A_AGENT_CACHE_SECONDS)
 _keys: TTLCache[tuple[int, str]] = TTLCache(lambda: settings.A2A_API_KEY_CACHE_SECONDS)
+
+
+def _agent_changed(sender, using: str = "default", **_) -> None:
+    # Keyed by tenant (slug, or None for the default agent): an edit may change the slug or
+    # move the default role (with a queryset update), so every entry goes. Agents change
+    # rarely; the next request per tenant reads them again.
+    transaction.on_commit(_agents.clear, using=using)
+
+
+def _api_key_changed(sender, instance: ApiKey, using: str = "default", **_) -> None:
+    digest = bytes.fromhex(instance.digest)  # the cache key: sha256(token), raw
+    transaction.on_commit(lambda: _keys.discard(digest), using=using)
+
+
+post_save.connect(_agent_changed, sender=Agent, dispatch_uid="protocol.context.agent_saved")
+post_delete.connect(_agent_changed, sender=Agent, dispatch_uid="protocol.context.agent_deleted")
+post_save.connect(_api_key_changed, sender=ApiKey, dispatch_uid="protocol.context.key_saved")
+post_delete.connect(_api_key_changed, sender=ApiKey, dispatch_uid="protocol.context.key_deleted")
 
 
 class CacheMiss(Exception):

@@ -79,8 +79,11 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def default_agent(live_platform) -> Agent:
-    """The scripted agent served at the origin root."""
-    return AgentFactory(executor="scripted", is_default=True)
+    """The scripted agent served at the origin root (once the web process's cached default,
+    an earlier test's agent, has expired: tests.live.wait_serving_default)."""
+    agent = AgentFactory(executor="scripted", is_default=True)
+    live.wait_serving_default([live_platform.web], agent.name)
+    return agent
 
 
 @pytest.fixture

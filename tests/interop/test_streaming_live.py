@@ -107,7 +107,11 @@ def instances(transactional_db, _instances) -> Iterator[Instances]:
 
 @pytest.fixture
 def agent(instances) -> Agent:
-    return AgentFactory(executor="scripted", is_default=True)
+    """The default agent, once every instance serves it at the root (each caches the default
+    an earlier test made for A2A_AGENT_CACHE_SECONDS: tests.live.wait_serving_default)."""
+    agent = AgentFactory(executor="scripted", is_default=True)
+    live.wait_serving_default([instances.a, instances.b, instances.c], agent.name)
+    return agent
 
 
 def run(coro) -> Any:

@@ -94,3 +94,41 @@ def test_development_profile_accepts_the_same_settings(tmp_path):
         A2A_SECRETS_KEYS="",
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("profile", ["development", "test", "production"])
+def test_every_profile_has_the_production_cache_ttls(tmp_path, profile):
+    """No profile switches the hot-path caches off: the tests run the cached path production
+    runs (docs/decisions.md, issue 13)."""
+    caches = (
+        "A2A_AGENT_CACHE_SECONDS",
+        "A2A_API_KEY_CACHE_SECONDS",
+        "A2A_SIGNING_KEY_CACHE_SECONDS",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED and k not in caches}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "a2a_platform.settings",
+            "A2A_PROFILE": profile,
+            "DEBUG": "false",
+            "SECRET_KEY": GOOD_SECRET_KEY,
+            "A2A_SECRETS_KEYS": GOOD_FERNET_KEY,
+            "ALLOWED_HOSTS": "agents.example.com",
+            "A2A_VAR_DIR": str(tmp_path),
+        }
+    )
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        f"print(*(getattr(settings, name) for name in {caches!r}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [float(x) for x in result.stdout.split()] == [2, 5, 5]

@@ -9,6 +9,7 @@ A real worker process (tests.webhook_checks.start_worker) delivers to a real rec
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -34,6 +35,20 @@ pytestmark = [
 ]
 
 ROOT_JWKS = "/.well-known/jwks.json"
+
+# The worker reads an agent's signing keys once per A2A_SIGNING_KEY_CACHE_SECONDS (its
+# production cache; shortened here to keep the test quick): a key change this process commits
+# signs, or stops signing, there within that bound (tests/integration/test_cache_bounds.py
+# checks the bound). So the next event is written once the bound has passed since the change.
+SIGNING_KEY_CACHE_SECONDS = 1.0
+
+
+def past_the_workers_key_cache(changed_at: float) -> None:
+    """Wait until an entry the worker cached before `changed_at` (monotonic, system-wide on
+    Linux) has expired: what any delivery it signs after that uses is the changed keys."""
+    remaining = changed_at + SIGNING_KEY_CACHE_SECONDS - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining + 0.05)
 
 
 def finish(task) -> None:
@@ -104,7 +119,7 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
     assert agent.is_default  # its JWKS is published at the origin root too
     old = ensure_signing_key(agent)
     receiver = receivers.start()
-    start_worker(procs)
+    start_worker(procs, A2A_SIGNING_KEY_CACHE_SECONDS=str(SIGNING_KEY_CACHE_SECONDS))
     task, (config,) = open_task(agent, "hello", {"url": receiver.url})
     (before,) = receiver.wait_for(lambda rs: len(rs) == 1, timeout=20, message="the snapshot")
     assert signatures(before)[0].startswith("v1a,")
@@ -112,8 +127,10 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
     assert before.header("x-a2a-signature-key-ids") == old.kid
 
     new = signing_key_rotate(agent=agent)
+    rotated_at = time.monotonic()
     published = wire.request("GET", ROOT_JWKS).json()
     assert [key["kid"] for key in published["keys"]] == [new.kid, old.kid]
+    past_the_workers_key_cache(rotated_at)
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     during = receiver.wait_for(lambda rs: len(rs) == 2, timeout=20, message="the rotated")[1]
 
@@ -135,6 +152,7 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
         assert one_key.verify(during.headers, during.body).key_id == jwk["kid"]
 
     signing_key_retire(key_id=old.pk)
+    past_the_workers_key_cache(time.monotonic())
     services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
     after = receiver.wait_for(lambda rs: len(rs) == 3, timeout=20, message="the last")[2]
     assert len(signatures(after)) == 1

@@ -1,0 +1,60 @@
+"""In the process that makes a change, its own caches drop the entry when the change commits
+(protocol/context.py, webhooks/delivery.py): an operator who revokes a key, edits an agent or
+rotates a signing key in a web process sees the effect there at once. Other processes wait for
+their TTL (tests/integration/test_cache_bounds.py).
+
+Each test first warms the cache through the production path and checks the entry is there,
+so the effect seen after the change is the invalidation, not a cache miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from a2a_platform.protocol import context
+from agents.models import AuthMode
+from agents.services import agent_save, api_key_create, api_key_revoke
+from agents.signing import ensure_signing_key, signing_key_retire, signing_key_rotate
+from tests.factories import AgentFactory
+from webhooks import delivery
+
+
+def test_a_key_revoked_in_this_process_is_refused_here_at_once(wire):
+    agent = AgentFactory(auth_mode=AuthMode.API_KEY)
+    key = api_key_create(agent=agent, name="client")
+    headers = {"Authorization": f"Bearer {key.token}"}
+    path = f"/{agent.slug}/tasks"
+    assert wire.request("GET", path, headers=headers).status_code == 200
+    assert context._keys.get(hashlib.sha256(key.token.encode()).digest()) is not None
+
+    api_key_revoke(key_id=key.key.pk)
+
+    assert wire.request("GET", path, headers=headers).status_code == 401
+
+
+def test_an_agent_edited_in_this_process_is_served_here_at_once(wire):
+    agent = AgentFactory(description="before the edit")
+    card = f"/{agent.slug}/.well-known/agent-card.json"
+    assert wire.request("GET", card).json()["description"] == "before the edit"
+    assert context._agents.get(agent.slug) is not None
+
+    agent.description = "after the edit"
+    agent_save(agent=agent)
+    assert wire.request("GET", card).json()["description"] == "after the edit"
+
+    agent.enabled = False
+    agent_save(agent=agent)
+    assert wire.request("GET", card).status_code == 404
+
+
+def test_signing_keys_changed_in_this_process_sign_here_at_once(transactional_db):
+    agent = AgentFactory()
+    old = ensure_signing_key(agent)
+    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [old.kid]
+    assert delivery._signers.get(agent.pk) is not None
+
+    new = signing_key_rotate(agent=agent)
+    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [new.kid, old.kid]
+
+    signing_key_retire(key_id=old.pk)
+    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [new.kid]
