@@ -110,7 +110,7 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db["ENGINE"] = "django.db.backends.postgresql"
     if env.bool("A2A_DB_POOL", default=True):
         # Django's psycopg pool caps the connections of a process (web: the ORM threads of
-        # a2a_platform/orm.py plus Django's own request threads; worker: its pool threads).
+        # a2a_platform/lib/orm.py plus Django's own request threads; worker: its pool threads).
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("A2A_DB_POOL_MIN", default=1),
             "max_size": env.int("A2A_DB_POOL_MAX", default=20),
@@ -200,6 +200,13 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+# The task store and the outbox store (tasks/task_store.py, webhooks/outbox_store.py): "auto"
+# runs their prepared SQL on PostgreSQL and the ORM elsewhere; "orm" forces the ORM on
+# PostgreSQL too (behind a transaction-pooling proxy that cannot keep prepared statements);
+# "postgres" insists on the SQL (refused on another database).
+A2A_STORE = env.str("A2A_STORE", default="auto")
+if A2A_STORE not in {"auto", "orm", "postgres"}:
+    raise ImproperlyConfigured(f"A2A_STORE must be auto, orm or postgres, not {A2A_STORE!r}")
 # Threads (each holding one pooled connection) that serve the protocol app's ORM calls.
 A2A_ORM_THREADS = env.int("A2A_ORM_THREADS", default=8)
 # Per-process caches on the protocol hot path (0 disables), the same in every profile (the

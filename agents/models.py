@@ -135,7 +135,7 @@ class SigningKey(models.Model):
 
     At most one key per agent is active. A rotation moves the active key to `retiring`: it
     keeps signing and stays in the JWKS until retired (DESIGN.md, invariant 3, drain). The
-    private key is stored encrypted (a2a_platform.crypto) and never shown.
+    private key is stored encrypted (a2a_platform.lib.crypto) and never shown.
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="signing_keys")

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform.health import Check, check_database, check_migrations
+from a2a_platform.lib.checks import Check, check_database, check_migrations
 from agents.models import WorkerHeartbeat
 
 RETRY_AFTER_SECONDS = 5

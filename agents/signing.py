@@ -5,7 +5,7 @@ stays in the JWKS, so receivers that only know it keep verifying — DESIGN.md i
 drain) → `retired` (gone from signatures and the JWKS). Writes lock the agent row, so two
 rotations of one agent serialize; the partial unique constraint backs that up.
 
-The private key is stored as `a2a_platform.crypto.encrypt(base64url(raw 32 bytes))`; it is
+The private key is stored as `a2a_platform.lib.crypto.encrypt(base64url(raw 32 bytes))`; it is
 decrypted only by `private_key()`, for signing, and never logged or returned on read.
 """
 
@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform import crypto
+from a2a_platform.lib import crypto
 from agents.models import Agent, SigningKey, SigningKeyState
 
 logger = logging.getLogger(__name__)

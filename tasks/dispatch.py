@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from a2a_platform.side_effects import enqueue_on_commit
+from a2a_platform.lib.on_commit import enqueue_on_commit
 from tasks.models import (
     ACTIVE_DISPATCH_STATES,
     DispatchState,

@@ -20,7 +20,7 @@ from collections import defaultdict
 from django.conf import settings
 from django.db import connections
 
-from a2a_platform.orm import run_orm
+from a2a_platform.lib.orm import run_orm
 from tasks.notify import CHANNEL
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import uuid
 
 from django.db import IntegrityError, connection, models, transaction
 
-from a2a_platform.sql import columns, from_row, run_prepared
+from a2a_platform.lib.sql import columns, from_row, run_prepared
 from agents.models import Agent
 from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
 from tasks.notify import CHANNEL, notify_task_event

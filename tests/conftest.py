@@ -61,7 +61,7 @@ def _fresh_process_caches():
     makes itself are seen through the production path: the change's commit drops this
     process's entries (protocol/context.py, webhooks/delivery.py), and other processes wait
     for the TTL (tests/integration/test_cache_bounds.py)."""
-    from a2a_platform import ttl_cache
+    from a2a_platform.lib import ttl_cache
 
     ttl_cache.clear_all()
 
@@ -71,7 +71,7 @@ def _close_orm_threads(django_db_setup, django_db_blocker):
     """The protocol app's ORM threads keep their connections; close them before the test
     database is dropped."""
     yield
-    from a2a_platform import orm
+    from a2a_platform.lib import orm
 
     with django_db_blocker.unblock():
         orm.shutdown()

@@ -25,8 +25,8 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from a2a_platform.crypto import decrypt
-from a2a_platform.ttl_cache import TTLCache
+from a2a_platform.lib.crypto import decrypt
+from a2a_platform.lib.ttl_cache import TTLCache
 from agents.models import Agent, SigningKey
 from agents.signing import ensure_signing_key, live_private_keys
 from webhooks import heads

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from django.db import connection
 from django.db.models import Count, F
 
-from a2a_platform.sql import run_prepared
+from a2a_platform.lib.sql import run_prepared
 from webhooks import heads
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform.crypto import decrypt, encrypt
+from a2a_platform.lib.crypto import decrypt, encrypt
 from tasks import wire
 from tasks.errors import InvalidPayload, TaskNotFound
 from tasks.models import Task, TaskEvent

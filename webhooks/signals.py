@@ -11,7 +11,7 @@ import logging
 
 from celery.signals import worker_ready
 
-from a2a_platform.side_effects import send_job
+from a2a_platform.lib.on_commit import send_job
 
 logger = logging.getLogger(__name__)
 

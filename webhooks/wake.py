@@ -36,7 +36,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
-from a2a_platform.side_effects import send_job
+from a2a_platform.lib.on_commit import send_job
 
 logger = logging.getLogger(__name__)
 

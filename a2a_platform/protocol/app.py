@@ -20,7 +20,8 @@ from django.http.request import split_domain_port, validate_host
 from starlette.requests import Request
 from starlette.responses import Response
 
-from a2a_platform.orm import run_orm
+from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol import operations, sse, streams, v03
 from a2a_platform.protocol.body import parse_json, read_body
 from a2a_platform.protocol.context import (
@@ -40,7 +41,6 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from a2a_platform.protocol.routes import Route, resolve
-from a2a_platform.ttl_cache import TTLCache
 from agents.cards import EmptyCardValue
 from agents.readiness import RETRY_AFTER_SECONDS
 

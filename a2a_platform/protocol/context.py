@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
+from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol.errors import (
     EXTENSION_SUPPORT_REQUIRED,
     UNAUTHENTICATED,
@@ -17,7 +18,6 @@ from a2a_platform.protocol.errors import (
     Kind,
     ProtocolError,
 )
-from a2a_platform.ttl_cache import TTLCache
 from agents.card import API_KEY_HEADER, declared_extensions, required_extensions
 from agents.models import Agent, ApiKey, ApiKeyKind, AuthMode
 from agents.selectors import agent_by_slug, default_agent

@@ -23,7 +23,8 @@ from a2a.types import a2a_pb2
 from django.conf import settings
 from google.protobuf import json_format
 
-from a2a_platform.orm import run_orm
+from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
 from a2a_platform.protocol.errors import (
     CONTENT_TYPE_NOT_SUPPORTED,
@@ -36,7 +37,6 @@ from a2a_platform.protocol.errors import (
     from_domain,
     invalid_params,
 )
-from a2a_platform.ttl_cache import TTLCache
 from agents.card import render_card
 from tasks import services, wire
 from tasks.event_hub import get_hub

@@ -27,7 +27,7 @@ from typing import Any
 from a2a.types import a2a_pb2
 from django.conf import settings
 
-from a2a_platform.orm import run_orm
+from a2a_platform.lib.orm import run_orm
 from a2a_platform.protocol import operations
 from a2a_platform.protocol.context import Ctx
 from a2a_platform.protocol.errors import (

@@ -11,7 +11,7 @@ answers) or through a receiver process (the signatures on the deliveries it send
 Right after the change, the other process may still answer from its cache: that is allowed
 and only counted. What is checked is the bound: every request sent (every event written) later
 than the change plus the TTL (the env value the child runs with) plus SLACK_SECONDS answers
-with the new behaviour. Breaking the caches' expiry (a2a_platform/ttl_cache.py) makes each
+with the new behaviour. Breaking the caches' expiry (a2a_platform/lib/ttl_cache.py) makes each
 test fail.
 """
 

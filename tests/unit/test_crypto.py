@@ -1,4 +1,4 @@
-"""Secrets at rest (a2a_platform.crypto): round trip, key rotation, tampering, configuration."""
+"""Secrets at rest (a2a_platform.lib.crypto): round trip, key rotation, tampering, configuration."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from a2a_platform import crypto
+from a2a_platform.lib import crypto
 
 OLD_KEY = Fernet.generate_key().decode()
 NEW_KEY = Fernet.generate_key().decode()

@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from a2a_platform import orm
+from a2a_platform.lib import orm
 from tasks import services
 from tasks.event_hub import EventHub
 from tasks.models import Task
@@ -42,7 +42,7 @@ def run(scenario: Callable[[EventHub], Awaitable[Any]]) -> Any:
     try:
         return asyncio.run(main())
     finally:
-        # The hub's ORM calls run on a2a_platform.orm's threads, which may keep a pooled
+        # The hub's ORM calls run on a2a_platform.lib.orm's threads, which may keep a pooled
         # connection each; give them back (the test database is flushed, later dropped).
         shutdown = getattr(orm, "shutdown", None)
         if shutdown is not None:

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from a2a_platform.crypto import decrypt
+from a2a_platform.lib.crypto import decrypt
 from agents.services import api_key_create
 from tasks import services
 from tasks.models import Task

@@ -17,7 +17,7 @@ from a2a.compat.v0_3.rest_transport import CompatRestTransport
 from a2a.types import a2a_pb2
 
 from a2a_platform.asgi import application
-from a2a_platform.crypto import decrypt
+from a2a_platform.lib.crypto import decrypt
 from agents.services import api_key_create
 from webhooks.models import Delivery, Endpoint, PushBinding, PushConfig
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -17,10 +18,13 @@ _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "i
 
 
 def send_job(name: str, args: list[Any], *, countdown: float | None = None) -> bool:
-    from a2a_platform.celery import app
-
+    """Publish job `name` now; False (logged) when the broker refused it."""
     try:
-        app.send_task(name, args=args, countdown=countdown, retry=True, retry_policy=_RETRY_POLICY)
+        # The project's app (a2a_platform/celery.py), current once the project package is
+        # imported: a library module names no app of the project.
+        current_app.send_task(
+            name, args=args, countdown=countdown, retry=True, retry_policy=_RETRY_POLICY
+        )
     except Exception:
         logger.warning(
             "job publish failed; the sweeper will retry", extra={"job": name}, exc_info=True
@@ -30,4 +34,5 @@ def send_job(name: str, args: list[Any], *, countdown: float | None = None) -> b
 
 
 def enqueue_on_commit(name: str, args: list[Any], *, countdown: float | None = None) -> None:
+    """Publish job `name` once the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: send_job(name, args, countdown=countdown), robust=True)
