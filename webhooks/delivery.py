@@ -40,7 +40,7 @@ from webhooks.models import (
     OperatorAction,
     PushConfig,
 )
-from webhooks.outbox_store import Head, NewAttempt, Recorded, store
+from webhooks.outbox_store import AttemptResult, Head, NewAttempt, Recorded, store
 from webhooks.signer import bearer_jwt, webhook_headers
 from webhooks.transport import TransportResult
 from webhooks.wake import wake_on_commit
@@ -381,7 +381,17 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
         if failures:
             decided = iter(_record_failures(failures, endpoints, now))
             outcomes = [o if o is not None else next(decided) for o in outcomes]
-        due_now = outbox.record_write(now, results, delivered, config_pks)
+        attempted = [
+            AttemptResult(
+                attempt_pk=claim.attempt_pk,
+                duration_ms=result.duration_ms,
+                status=result.status,
+                error_class=result.error_class or "",
+                excerpt=result.body_excerpt[:2000],
+            )
+            for claim, result in results
+        ]
+        due_now = outbox.record_write(now, attempted, delivered, config_pks)
         outcomes = [
             replace(outcome, next_due=True)
             if claim.config_pk in due_now and outcome.state in ("delivered", "dead")

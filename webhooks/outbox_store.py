@@ -32,7 +32,7 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import Count, F
@@ -40,10 +40,6 @@ from django.db.models import Count, F
 from a2a_platform.lib.sql import run_prepared
 from webhooks import heads
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
-
-if TYPE_CHECKING:
-    from webhooks.delivery import Claim
-    from webhooks.transport import TransportResult
 
 
 class Head(NamedTuple):
@@ -89,6 +85,16 @@ class NewAttempt(NamedTuple):
     url: str
     request_headers: dict[str, str]
     manual: bool
+
+
+class AttemptResult(NamedTuple):
+    """One attempt's outcome as its row stores it (`excerpt` already truncated)."""
+
+    attempt_pk: int
+    duration_ms: float | None
+    status: int | None
+    error_class: str
+    excerpt: str
 
 
 def store() -> PostgresStore | PortableStore:
@@ -255,18 +261,18 @@ class PostgresStore:
     def record_write(
         self,
         now: datetime,
-        results: Sequence[tuple[Claim, TransportResult]],
+        results: Sequence[AttemptResult],
         delivered: list[tuple[int, int]],
         config_pks: list[int],
     ) -> set[int]:
         rows = run_prepared(
             _RECORD_WRITE,
             {
-                "attempts": [claim.attempt_pk for claim, _ in results],
-                "durations": [result.duration_ms for _, result in results],
-                "statuses": [result.status for _, result in results],
-                "errors": [result.error_class or "" for _, result in results],
-                "excerpts": [result.body_excerpt[:2000] for _, result in results],
+                "attempts": [r.attempt_pk for r in results],
+                "durations": [r.duration_ms for r in results],
+                "statuses": [r.status for r in results],
+                "errors": [r.error_class for r in results],
+                "excerpts": [r.excerpt for r in results],
                 "now": now,
                 "delivered": [pk for pk, _ in delivered],
                 "delivered_statuses": [status for _, status in delivered],
@@ -401,16 +407,16 @@ class PortableStore:
     def record_write(
         self,
         now: datetime,
-        results: Sequence[tuple[Claim, TransportResult]],
+        results: Sequence[AttemptResult],
         delivered: list[tuple[int, int]],
         config_pks: list[int],
     ) -> set[int]:
-        for claim, result in results:
-            DeliveryAttempt.objects.filter(pk=claim.attempt_pk).update(
-                duration_ms=result.duration_ms,
-                status=result.status,
-                error_class=result.error_class or "",
-                response_excerpt=result.body_excerpt[:2000],
+        for r in results:
+            DeliveryAttempt.objects.filter(pk=r.attempt_pk).update(
+                duration_ms=r.duration_ms,
+                status=r.status,
+                error_class=r.error_class,
+                response_excerpt=r.excerpt,
             )
         by_status: dict[int, list[int]] = collections.defaultdict(list)
         for pk, status in delivered:
