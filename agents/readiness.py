@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.lib.checks import Check, check_database, check_migrations
+from agents.hub_state import process_hub_connected
 from agents.models import WorkerHeartbeat
 
 RETRY_AFTER_SECONDS = 5
@@ -107,8 +108,6 @@ def _worker_checks() -> tuple[Check, Check, bool]:
 
 
 def _hub_check() -> Check:
-    from tasks.event_hub import process_hub_connected
-
     connected = process_hub_connected()
     return Check("event_hub", connected, "connected" if connected else "not connected")
 

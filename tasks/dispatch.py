@@ -1,9 +1,11 @@
 """Durable executor dispatch: a row written with the task change, claimed with a lease.
 
 The dispatch row is the truth; the Celery message that announces it is only a hint. The
-sweeper (`dispatch_sweep`, on beat) re-enqueues a dispatch nobody claimed in time or whose
-lease lapsed, and after A2A_DISPATCH_MAX_TRIES enqueues fails the task visibly, so a task never
-sits in SUBMITTED or WORKING forever because a message or a worker was lost.
+sweeper (`tasks.sweeper.dispatch_sweep`, on beat) re-enqueues a dispatch nobody claimed in time
+or whose lease lapsed, and after A2A_DISPATCH_MAX_TRIES enqueues fails the task visibly, so a
+task never sits in SUBMITTED or WORKING forever because a message or a worker was lost. This
+module works at row level only (open, claim, renew, finish, close, sweep the rows): it calls no
+lifecycle service, so tasks/services.py may use it.
 """
 
 from __future__ import annotations
@@ -26,12 +28,11 @@ from tasks.models import (
     Task,
     TaskEvent,
 )
-from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
+from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES
 
 logger = logging.getLogger(__name__)
 
 RUN_EXECUTOR_JOB = "tasks.run_executor"
-EXECUTOR_LOST_MESSAGE = "executor lost: no executor finished this task after {tries} tries"
 
 
 def _uses_celery(task: Task) -> bool:
@@ -235,25 +236,28 @@ def _client_input_pending(task: Task) -> bool:
 
 
 @dataclass(frozen=True)
-class SweepResult:
+class StrandedSweep:
+    """What `dispatch_sweep_stranded` did: dispatches re-enqueued, and the (task id, tries) of
+    the dispatches it marked LOST, whose tasks the caller fails (tasks/sweeper.py)."""
+
     re_enqueued: int
-    failed_tasks: int
+    lost: list[tuple[object, int]]
 
 
-def dispatch_sweep(*, now=None, batch: int = 500) -> SweepResult:
-    """Re-enqueue stranded dispatches; fail the task when the tries are used up.
+def dispatch_sweep_stranded(*, now=None, batch: int = 500) -> StrandedSweep:
+    """Re-enqueue stranded dispatches; mark LOST those whose tries are used up.
 
     Stranded: PENDING and due for longer than A2A_DISPATCH_UNCLAIMED_SECONDS (the broker
     message was lost, or no worker consumed it), or CLAIMED with an expired lease (the worker
     died). External-executor dispatches wait for a worker to poll; only their lapsed leases
-    count as tries.
+    count as tries. Row level only: failing the lost dispatches' tasks is a lifecycle write,
+    done by tasks.sweeper.dispatch_sweep after this transaction commits.
     """
-    from tasks.services import task_transition
-
     now = now or timezone.now()
     unclaimed_before = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
     max_tries = settings.A2A_DISPATCH_MAX_TRIES
-    re_enqueued = failed = 0
+    re_enqueued = 0
+    lost: list[tuple[object, int]] = []
     with transaction.atomic():
         stranded = list(
             ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
@@ -264,7 +268,6 @@ def dispatch_sweep(*, now=None, batch: int = 500) -> SweepResult:
             )
             .order_by("id")[:batch]
         )
-        to_fail = []
         for dispatch in stranded:
             external = not _uses_celery(dispatch.task)
             lapsed = dispatch.state == DispatchState.CLAIMED
@@ -275,7 +278,7 @@ def dispatch_sweep(*, now=None, batch: int = 500) -> SweepResult:
                 dispatch.state = DispatchState.LOST
                 dispatch.lease_expires_at = None
                 dispatch.save(update_fields=["state", "lease_expires_at", "updated_at"])
-                to_fail.append((dispatch.task_id, tries))
+                lost.append((dispatch.task_id, tries))
                 continue
             dispatch.state = DispatchState.PENDING
             dispatch.lease_expires_at = None
@@ -287,15 +290,4 @@ def dispatch_sweep(*, now=None, batch: int = 500) -> SweepResult:
                 "dispatch re-enqueued",
                 extra={"task_id": str(dispatch.task_id), "dispatch_id": dispatch.pk},
             )
-    for task_id, tries in to_fail:
-        try:
-            task_transition(
-                task_id=task_id,
-                to_state=TaskState.FAILED,
-                message=EXECUTOR_LOST_MESSAGE.format(tries=tries),
-            )
-            failed += 1
-            logger.error("executor lost; task failed", extra={"task_id": str(task_id)})
-        except Exception:
-            logger.info("executor lost on a finished task", extra={"task_id": str(task_id)})
-    return SweepResult(re_enqueued, failed)
+    return StrandedSweep(re_enqueued, lost)

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connections
 
 from a2a_platform.lib.orm import run_orm
+from agents.hub_state import hub_connected_set
 from tasks.notify import CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -102,14 +103,13 @@ class EventHub:
     # --- internals -------------------------------------------------------------------------
     def _mark_connected(self, connected: bool) -> None:
         self.generation += 1
-        # The event for waiters in this loop; the module-level set for readers in other
-        # threads (/readyz runs in Django's thread pool).
+        # The event for waiters in this loop; the process-wide flag (agents/hub_state.py)
+        # for readers in other threads (/readyz runs in Django's thread pool).
         if connected:
             self._connected.set()
-            _connected_hubs.add(id(self))
         else:
             self._connected.clear()
-            _connected_hubs.discard(id(self))
+        hub_connected_set(id(self), connected=connected)
 
     def _wake(self, task_id: str) -> None:
         self.notifications += 1
@@ -202,16 +202,6 @@ def get_hub() -> EventHub:
     if hub is None:
         hub = _hubs[loop] = EventHub()
     return hub
-
-
-# Ids of this process's connected hubs, kept by the hubs themselves: a plain set any thread
-# may read (set add/discard are atomic), unlike the per-loop registry above.
-_connected_hubs: set[int] = set()
-
-
-def process_hub_connected() -> bool:
-    """Whether an event hub of this process is connected (readable from any thread)."""
-    return bool(_connected_hubs)
 
 
 async def wait_for_task_event(task_id: object, after_seq: int, timeout: float) -> bool:

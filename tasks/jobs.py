@@ -6,8 +6,8 @@ import socket
 
 from celery import shared_task
 
-from tasks.dispatch import dispatch_sweep
 from tasks.executors.runner import run_dispatch
+from tasks.sweeper import dispatch_sweep
 
 
 @shared_task(name="tasks.run_executor", bind=True)

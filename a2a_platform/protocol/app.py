@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.lib.ttl_cache import TTLCache
-from a2a_platform.protocol import operations, sse, streams, v03
+from a2a_platform.protocol import common, operations, sse, streams, v03
 from a2a_platform.protocol.body import parse_json, read_body
 from a2a_platform.protocol.context import (
     V03,
@@ -40,7 +40,7 @@ from a2a_platform.protocol.errors import (
     from_domain,
     invalid_params,
 )
-from a2a_platform.protocol.routes import Route, resolve
+from a2a_platform.protocol.routes import METHODS, STREAMING_OPERATIONS, Route, resolve
 from agents.cards import EmptyCardValue
 from agents.readiness import RETRY_AFTER_SECONDS
 
@@ -116,7 +116,7 @@ async def _card(request: Request, route: Route) -> Response:
         ctx = await _ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return _rest_error(exc)
-    readiness = await operations.readiness_now()
+    readiness = await common.readiness_now()
     if not readiness.card_servable:
         # Never ready (or shutting down): a 503 is honest, a card would be a promise we
         # cannot keep (incidents/card-published-before-dispatcher.md).
@@ -137,7 +137,7 @@ async def _card(request: Request, route: Route) -> Response:
             logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
             return _rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
     body, etag = cached[0], cached[1]
-    operations.card_version_served(ctx.agent.pk, cached[2])
+    common.card_version_served(ctx.agent.pk, cached[2])
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
     if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)
@@ -298,13 +298,13 @@ async def _rpc_one(
         if params is not None and not isinstance(params, dict):
             raise invalid_params("params", "must be an object")
         version, op_name = _method_version(method, header_version)
-        if in_batch and op_name in operations.STREAMING_OPERATIONS:
+        if in_batch and op_name in STREAMING_OPERATIONS:
             raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
         tenant = (params or {}).get("tenant")
         if tenant is not None and (not isinstance(tenant, str) or not tenant):
             raise invalid_params("tenant", "must be a non-empty string")
         ctx = await ctx_for(version, tenant)
-        if op_name in operations.STREAMING_OPERATIONS:
+        if op_name in STREAMING_OPERATIONS:
             stream = await _open_stream(ctx, op_name, params or {}, last_event_id, rpc_id=id_)
             if is_notification:
                 await stream.discard()  # nobody listens; what it wrote stays written
@@ -313,7 +313,7 @@ async def _rpc_one(
         if version == V03:
             result = await v03.call(ctx, op_name, params or {})
         else:
-            result = await operations.OPERATIONS[op_name](ctx, params or {})
+            result = await METHODS[op_name](ctx, params or {})
     except Exception as exc:
         error = exc if isinstance(exc, ProtocolError) else _as_protocol_error(exc)
         if is_notification:
@@ -331,7 +331,7 @@ async def _rpc_one(
 
 
 def _method_version(method: str, header_version: str | None) -> tuple[str, str]:
-    if header_version in (None, V1) and method in operations.OPERATIONS:
+    if header_version in (None, V1) and method in METHODS:
         return V1, method
     if header_version in (None, V03) and method in v03.METHODS:
         return V03, v03.METHODS[method]
@@ -400,13 +400,13 @@ async def _rest(request: Request, route: Route) -> Response:
                 params.update(data)
         params.update(_path_params(route))
         ctx = await _ctx(request, route.tenant, version)
-        if route.name in operations.STREAMING_OPERATIONS:
+        if route.name in STREAMING_OPERATIONS:
             last_event_id = request.headers.get("last-event-id")
             return await _open_stream(ctx, route.name, params, last_event_id, rest=True)
         if version == V03:
             result = await v03.call(ctx, route.name, params, rest=True)
         else:
-            result = await operations.OPERATIONS[route.name](ctx, params)
+            result = await METHODS[route.name](ctx, params)
     except Exception as exc:
         error = exc if isinstance(exc, ProtocolError) else _as_protocol_error(exc)
         return _rest_error(error, legacy=route.legacy)

@@ -9,7 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from a2a_platform.protocol.operations import UNARY
+from a2a_platform.protocol.streams import OPEN
 from agents.models import RESERVED_SLUGS
+
+# Every A2A method by name: the unary operations and the streaming ones (each opens a
+# TaskStream the bindings frame as SSE).
+METHODS = UNARY | OPEN
+STREAMING_OPERATIONS = frozenset(OPEN)
 
 _TASK = r"(?P<id>[^/:]+)"
 _CFG = r"(?P<config_id>[^/:]+)"

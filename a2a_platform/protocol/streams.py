@@ -2,7 +2,7 @@
 SSE in app.py through sse.py).
 
 Opening a stream is ordinary operation work in short ORM calls — parse, authorize, write
-(SendStreamingMessage goes through the same `operations.accept_message` as SendMessage),
+(SendStreamingMessage goes through the same `common.accept_message` as SendMessage),
 snapshot — and any error there is an ordinary error response. The stream itself follows the
 task's TaskEvent rows after a `(task_id, seq)` cursor: arm a wake-up on the per-process event
 hub, read the rows after the cursor, and only then wait, so nothing committed in between is
@@ -28,7 +28,7 @@ from a2a.types import a2a_pb2
 from django.conf import settings
 
 from a2a_platform.lib.orm import run_orm
-from a2a_platform.protocol import operations
+from a2a_platform.protocol.common import accept_message, orm, parse_request, snapshot, visible_task
 from a2a_platform.protocol.context import Ctx
 from a2a_platform.protocol.errors import (
     INTERNAL,
@@ -288,7 +288,7 @@ def _resume(task: Task, resume_after: int) -> _Opened:
 
 def _open_subscription(ctx: Ctx, task_id: str, resume_after: int | None) -> _Opened:
     with consistent_reads():
-        task = operations._visible_task(ctx, task_id)
+        task = visible_task(ctx, task_id)
         if resume_after is not None:
             # Replayed after the client's cursor even if the task has finished since.
             return _resume(task, resume_after)
@@ -299,7 +299,7 @@ def _open_subscription(ctx: Ctx, task_id: str, resume_after: int | None) -> _Ope
                 "subscribe to (read it with GetTask)",
                 metadata={"taskId": task_id, "state": task.state},
             )
-        first = StreamEvent(task.last_seq, {"task": operations.snapshot(task, history_length=None)})
+        first = StreamEvent(task.last_seq, {"task": snapshot(task, history_length=None)})
         return _Opened(task.last_seq, [first], None)
 
 
@@ -310,21 +310,21 @@ def _open_replayed_send(
     task, from the client's cursor or from a fresh snapshot; a finished task is its final
     shape (the Message reply, or the Task) and the end of the stream."""
     with consistent_reads():
-        task = operations._visible_task(ctx, task_id)
+        task = visible_task(ctx, task_id)
         if resume_after is not None:
             return _resume(task, resume_after)
         done = task.task_state in TERMINAL_STATES
         if done and task.answered_with_message and task.status_message:
             reply = StreamEvent(task.last_seq, {"message": task.status_message}, last=True)
             return _Opened(task.last_seq, [reply], None)
-        snap = operations.snapshot(task, history_length=history_length)
+        snap = snapshot(task, history_length=history_length)
         return _Opened(task.last_seq, [StreamEvent(task.last_seq, {"task": snap}, last=done)], None)
 
 
 async def subscribe_to_task(
     ctx: Ctx, params: Params, *, resume_after: int | None = None
 ) -> TaskStream:
-    req = operations.parse_request(params, a2a_pb2.SubscribeToTaskRequest)
+    req = parse_request(params, a2a_pb2.SubscribeToTaskRequest)
     if not req.id:
         raise invalid_params("id", "is required")
     hub = await _streaming_hub(ctx)
@@ -332,7 +332,7 @@ async def subscribe_to_task(
     follower = _Follower(hub, task_id)
     follower.arm()  # before the snapshot: nothing committed after it can be missed
     try:
-        opened = await operations.orm(lambda: _open_subscription(ctx, task_id, resume_after))
+        opened = await orm(lambda: _open_subscription(ctx, task_id, resume_after))
     except BaseException:
         follower.close()
         raise
@@ -346,13 +346,13 @@ async def send_streaming_message(
     """SendMessage's write, then the task's stream. `Last-Event-ID` counts only on an
     idempotent retry (same caller, same messageId, same request): a new message has no past."""
     hub = await _streaming_hub(ctx)  # before writing: a refused stream writes nothing
-    accepted = await operations.accept_message(ctx, params, render_snapshot=True)
+    accepted = await accept_message(ctx, params, render_snapshot=True)
     task_id = str(accepted.result.task.pk)
     follower = _Follower(hub, task_id)
     follower.arm()
     if accepted.result.replayed:
         try:
-            opened = await operations.orm(
+            opened = await orm(
                 lambda: _open_replayed_send(ctx, task_id, resume_after, accepted.history_length)
             )
         except BaseException:
@@ -369,3 +369,5 @@ OPEN = {
     "SendStreamingMessage": send_streaming_message,
     "SubscribeToTask": subscribe_to_task,
 }
+"""The streaming operations (each returns a TaskStream); routes.METHODS joins them with
+operations.UNARY."""

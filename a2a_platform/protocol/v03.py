@@ -20,7 +20,7 @@ from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
 from google.protobuf import json_format
 from pydantic import ValidationError
 
-from a2a_platform.protocol import operations
+from a2a_platform.protocol import operations, routes
 from a2a_platform.protocol.context import Ctx
 from a2a_platform.protocol.errors import (
     DOMAIN,
@@ -183,7 +183,7 @@ async def _push_call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool) -
             raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": core.get("taskId", "")[:100]})
         result = listed["configs"][0]
     else:
-        result = await operations.OPERATIONS[op](ctx, core)
+        result = await routes.METHODS[op](ctx, core)
     if op == "DeleteTaskPushNotificationConfig":
         return {} if rest else None
     if op == "ListTaskPushNotificationConfigs":
@@ -219,7 +219,7 @@ async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False)
         return _rest_result(op, await call(ctx, op, params))
     if op == "ListTasks":
         raise ProtocolError(METHOD_NOT_FOUND, "v0.3 has no ListTasks; use A2A-Version 1.0")
-    handler = operations.OPERATIONS[op]
+    handler = routes.METHODS[op]
     if op in _REQUEST_MODELS:
         if rest and op in ("SendMessage", "SendStreamingMessage"):
             params = _rest_send_params(params)
@@ -307,7 +307,7 @@ async def open_stream(
         if not isinstance(task_id, str) or not task_id:
             raise invalid_params("id", "is required")
         v1_params = {"id": task_id}
-    return await operations.OPERATIONS[op](ctx, v1_params, resume_after=resume_after)
+    return await routes.METHODS[op](ctx, v1_params, resume_after=resume_after)
 
 
 def stream_event(response: dict[str, Any], *, last: bool, rest: bool) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
 from tasks import services
-from tasks.dispatch import EXECUTOR_LOST_MESSAGE
 from tasks.models import DispatchState, EventKind, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TERMINAL_STATES, TaskState
+from tasks.sweeper import EXECUTOR_LOST_MESSAGE
 from tests.factories import user_message
 from tests.processes import wait_until
 

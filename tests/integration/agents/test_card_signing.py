@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from jwt.api_jwk import PyJWK
 
 from a2a_platform.protocol import app as protocol_app
-from a2a_platform.protocol import operations
+from a2a_platform.protocol import common
 from agents import readiness
 from agents.cards import EmptyCardValue, sign_card
 from agents.models import AuthMode, CardVersion, WorkerHeartbeat
@@ -59,10 +59,10 @@ def wire(protocol_wire, settings):  # noqa: F811 (pytest passes the imported fix
     capability flip shows on the next card) and no served card reused from an earlier test."""
     settings.A2A_READINESS_CACHE_SECONDS = 0
     protocol_app._cards.clear()
-    operations._card_versions.clear()
+    common._card_versions.clear()
     yield protocol_wire
     protocol_app._cards.clear()
-    operations._card_versions.clear()
+    common._card_versions.clear()
 
 
 @pytest.fixture

@@ -1,0 +1,279 @@
+"""What the operations (operations.py) and the streams (streams.py) share: request parsing,
+the short ORM call with domain errors mapped, a task's snapshot and its visibility to the
+caller, the one write path of SendMessage and SendStreamingMessage (`accept_message`), and the
+push-registration gate. Neither operations.py nor streams.py imports the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.types import a2a_pb2
+from django.conf import settings
+from google.protobuf import json_format
+
+from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.ttl_cache import TTLCache
+from a2a_platform.protocol.context import ANONYMOUS, Ctx
+from a2a_platform.protocol.errors import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    PUSH_NOT_SUPPORTED,
+    TASK_NOT_FOUND,
+    UNAVAILABLE,
+    ProtocolError,
+    from_domain,
+    invalid_params,
+)
+from tasks import services, wire
+from tasks.models import Task
+from tasks.selectors import task_artifacts, task_for_owner, task_history
+
+Params = dict[str, Any]
+
+
+def parse_request(params: Any, proto_cls: type) -> Any:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid_params("params", "must be a JSON object")
+    try:
+        return wire.parse_dict(params, proto_cls)
+    except json_format.ParseError as exc:
+        text = str(exc).splitlines()[0]
+        raise invalid_params(_error_path(text), text[:300]) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise invalid_params("params", f"invalid value: {exc}"[:300]) from None
+
+
+def _error_path(parse_error: str) -> str:
+    """`... at SendMessageRequest.message.role.` -> `message.role` (the offending field)."""
+    _, sep, where = parse_error.rpartition(" at ")
+    path = where.rstrip(".").split(".", 1)
+    if sep and len(path) == 2 and path[1]:
+        return path[1]
+    chain = re.findall(r"Failed to parse (\w+) field", parse_error)
+    return ".".join(chain) or "params"
+
+
+async def orm(fn):
+    """Run a short ORM call; map domain errors to protocol errors."""
+    try:
+        return await run_orm(fn)
+    except Exception as exc:
+        mapped = from_domain(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def parse_history_length(req: Any, field: str = "history_length") -> int | None:
+    if not req.HasField(field):
+        return None
+    value = getattr(req, field)
+    if value < 0:
+        raise invalid_params("historyLength", "must not be negative")
+    return value
+
+
+def snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
+    """Task as ProtoJSON: history per historyLength (None all, 0 none, N newest N)."""
+    history = task_history(task, history_length) if history_length != 0 else None
+    artifacts = task_artifacts(task) if include_artifacts else None
+    return wire.task_json(task, history=history, artifacts=artifacts)
+
+
+def visible_task(ctx: Ctx, task_id: str) -> Task:
+    """The caller's task, or TaskNotFound on the wire (unknown and foreign ids alike)."""
+    task = task_for_owner(agent_id=ctx.agent.pk, owner=ctx.principal, task_id=task_id)
+    if task is None:
+        raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": task_id[:100]})
+    return task
+
+
+def _media_match(accepted: str, offered: str) -> bool:
+    a_type, _, a_sub = accepted.partition("/")
+    o_type, _, o_sub = offered.partition("/")
+    return a_type in ("*", o_type) and a_sub in ("*", o_sub, "")
+
+
+def _check_output_modes(ctx: Ctx, accepted: list[str]) -> None:
+    offered = ctx.agent.default_output_modes or ["text/plain"]
+    if accepted and not any(_media_match(a, o) for a in accepted for o in offered):
+        raise ProtocolError(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "none of acceptedOutputModes is produced by this agent",
+            metadata={"offered": ",".join(offered)},
+        )
+
+
+def _check_input_parts(ctx: Ctx, message: a2a_pb2.Message) -> None:
+    accepted = ctx.agent.default_input_modes or []
+    if not accepted:
+        return
+    for i, part in enumerate(message.parts):
+        media = part.media_type or ("text/plain" if part.WhichOneof("content") == "text" else "")
+        if media and not any(_media_match(a, media) for a in accepted):
+            raise ProtocolError(
+                CONTENT_TYPE_NOT_SUPPORTED,
+                f"message.parts[{i}]: media type {media[:100]!r} is not accepted by this agent",
+                metadata={"accepted": ",".join(accepted)},
+            )
+
+
+def _request_hash(params: Params) -> str:
+    body = {k: v for k, v in params.items() if k != "tenant"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- SendMessage's write ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A client message written by SendMessage or SendStreamingMessage."""
+
+    result: services.SendResult
+    history_length: int | None
+    return_immediately: bool
+    snapshot: dict | None = None  # the task as of this write, rendered in its transaction
+
+
+async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = False) -> Accepted:
+    """Validate and write a client message: the one write path of SendMessage and
+    SendStreamingMessage (a new task or a follow-up, its inline push config and the
+    idempotency receipt in one transaction). `render_snapshot`: also render the task exactly
+    as of this write, inside the transaction (a stream's cursor starts there)."""
+    req = parse_request(params, a2a_pb2.SendMessageRequest)
+    if not req.HasField("message"):
+        raise invalid_params("message", "is required")
+    config = req.configuration
+    history_length = parse_history_length(config) if req.HasField("configuration") else None
+    raw_push = None
+    if config.HasField("task_push_notification_config"):
+        await require_push(ctx)
+        # The config as the client sent it, even `{}`: push_config_check then names what
+        # is missing (a falsy `or` here dropped an empty config, and the task had no webhook).
+        given = params["configuration"]
+        key = "taskPushNotificationConfig"
+        raw_push = given[key] if key in given else given["task_push_notification_config"]
+    # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
+    msg = wire.parse_message(params["message"])
+    if msg.role != a2a_pb2.ROLE_USER:
+        raise invalid_params("message.role", "a client message must have role ROLE_USER")
+    _check_output_modes(ctx, list(config.accepted_output_modes))
+    _check_input_parts(ctx, msg)
+    request_hash = _request_hash(params) if ctx.principal != ANONYMOUS else None
+    metadata = json_format.MessageToDict(req.metadata) if req.HasField("metadata") else None
+    inline_push = None if raw_push is None else await checked_push_config(raw_push)
+    issuer = card_url(ctx)
+
+    def write():
+        from webhooks.services import push_config_create
+
+        written = None
+
+        def within(result: services.SendResult) -> None:
+            # In the send's transaction: a task is never accepted with its webhook dropped.
+            nonlocal written
+            if inline_push is not None:
+                push_config_create(task=result.task, config=inline_push, issuer=issuer)
+            if render_snapshot:
+                written = _written_snapshot(result, history_length)
+
+        result = services.task_send(
+            agent=ctx.agent,
+            owner=ctx.principal,
+            message=msg,
+            request_hash=request_hash,
+            metadata=metadata,
+            card_version_id=_card_version_id(ctx.agent),
+            within=within,
+        )
+        return Accepted(result, history_length, config.return_immediately, written)
+
+    return await orm(write)
+
+
+def _written_snapshot(result: services.SendResult, history_length: int | None) -> dict:
+    if result.first_message is not None:
+        # A task created by this very write: everything to render is in hand (no queries).
+        history = [result.first_message] if history_length != 0 else None
+        return wire.task_json(result.task, history=history)
+    return snapshot(result.task, history_length=history_length)
+
+
+# --- Push configs and card versions -------------------------------------------------------
+
+
+def card_url(ctx: Ctx) -> str:
+    from agents.card import agent_base_url
+
+    return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
+
+
+_card_versions: TTLCache[tuple[int | None]] = TTLCache(lambda: 5)
+
+
+def _card_version_id(agent) -> int | None:
+    """The card version a new task records (the agent's last served card; cached 5 s)."""
+    from agents.cards import current_card_version_id
+
+    cached = _card_versions.get(agent.pk)
+    if cached is None:  # a miss; a cached "no version yet" is (None,)
+        cached = _card_versions.put(agent.pk, (current_card_version_id(agent),))
+    return cached[0]
+
+
+def card_version_served(agent_pk: int, version_id: int) -> None:
+    """The card endpoint served this version just now: tasks this process opens next record
+    it (not the one cached before a capability flip)."""
+    _card_versions.put(agent_pk, (version_id,))
+
+
+async def readiness_now():
+    """This instance's readiness (cached ≤ A2A_READINESS_CACHE_SECONDS; a cache miss costs one
+    short ORM call)."""
+    from agents import readiness
+
+    return readiness.cached_or_none() or await run_orm(readiness.current)
+
+
+async def require_push(ctx: Ctx, *, registering: bool = True) -> None:
+    """Push registrations are accepted only when they will be delivered: refused for good if
+    the operator switched push off, refused with a retry hint while no delivery worker is
+    live (never accepted and dropped). Reading or deleting a config (`registering=False`)
+    promises no delivery: it is not refused while the delivery worker is away."""
+    if not ctx.agent.push_notifications_enabled:
+        raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
+    if registering and not (await readiness_now()).delivery_live:
+        raise ProtocolError(
+            UNAVAILABLE,
+            "no webhook delivery worker is live right now; retry shortly",
+            reason="PUSH_DELIVERY_UNAVAILABLE",
+            retry_after=5,
+        )
+
+
+def _config_params(params: Params) -> Params:
+    return {k: v for k, v in params.items() if k not in ("tenant", "taskId")}
+
+
+async def checked_push_config(params: Params):
+    """`push_config_check` before any ORM call: resolving the URL's host takes as long as its
+    owner's DNS lets it, so it holds a thread of asyncio's default pool (never an ORM thread
+    or an open transaction), and a lookup past A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS refuses the
+    registration (the lookup finishes unwaited)."""
+    from webhooks.services import push_config_check
+
+    timeout = settings.A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(push_config_check, _config_params(params)), timeout
+        )
+    except TimeoutError:
+        raise invalid_params("url", f"its host did not resolve within {timeout:g} s") from None
