@@ -55,20 +55,8 @@ class AgentAdmin(admin.ModelAdmin):
     def capabilities_now(self, obj):
         if obj.pk is None:
             return "-"
-        state = readiness.current()
-        lines = []
-        if not obj.push_notifications_enabled:
-            lines.append(("pushNotifications", "off", "switched off by an operator"))
-        elif not state.delivery_live:
-            lines.append(("pushNotifications", "off", "no live delivery worker (see readiness)"))
-        else:
-            lines.append(("pushNotifications", "on", "a delivery worker is live"))
-        if not obj.streaming_enabled:
-            lines.append(("streaming", "off", "switched off by an operator"))
-        else:
-            hub = next((c for c in state.checks if c.name == "event_hub"), None)
-            detail = f"event hub {hub.detail}" if hub else "event hub not checked"
-            lines.append(("streaming", "on" if hub and hub.ok else "off", detail))
+        caps = readiness.capabilities(obj, readiness.current())
+        lines = [(name, "on" if cap.on else "off", cap.reason) for name, cap in caps.items()]
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", lines)
         return format_html("<table>{}</table>", rows)
 

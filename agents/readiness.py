@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from a2a_platform.lib.checks import Check, check_database, check_migrations
 from agents.hub_state import process_hub_connected
-from agents.models import WorkerHeartbeat
+from agents.models import Agent, WorkerHeartbeat
 
 RETRY_AFTER_SECONDS = 5
 
@@ -156,6 +156,47 @@ def cached_or_none() -> Readiness | None:
     if cached is not None and time.monotonic() - cached.at < settings.A2A_READINESS_CACHE_SECONDS:
         return cached
     return None
+
+
+# --- capabilities ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One card capability's value right now, and why."""
+
+    on: bool
+    reason: str
+
+
+def capabilities(
+    agent: Agent, readiness: Readiness, *, hub_connected: bool | None = None
+) -> dict[str, Capability]:
+    """What this instance can honour for this agent right now: the one rule the card and the
+    admin both show (DESIGN.md invariant 1).
+
+    `pushNotifications`: the operator's switch and a live delivery worker. `streaming`: the
+    operator's switch and a connected event hub. `hub_connected`: the caller's own hub (the
+    card reads its event loop's hub); None reads readiness's `event_hub` check (the admin).
+    """
+    if not agent.push_notifications_enabled:
+        push = Capability(False, "switched off by an operator")
+    elif not readiness.delivery_live:
+        push = Capability(False, "no live delivery worker (see readiness)")
+    else:
+        push = Capability(True, "a delivery worker is live")
+    if not agent.streaming_enabled:
+        streaming = Capability(False, "switched off by an operator")
+    elif hub_connected is not None:
+        streaming = Capability(
+            hub_connected, "event hub connected" if hub_connected else "event hub not connected"
+        )
+    else:
+        hub = next((c for c in readiness.checks if c.name == "event_hub"), None)
+        streaming = Capability(
+            bool(hub and hub.ok), f"event hub {hub.detail}" if hub else "event hub not checked"
+        )
+    return {"pushNotifications": push, "streaming": streaming}
 
 
 # --- worker side ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from agents.card import render_card
+from agents.readiness import capabilities as agent_capabilities
 from tasks import services, wire
 from tasks.event_hub import get_hub
 from tasks.models import EventKind, Task, TaskEvent
@@ -258,12 +259,10 @@ async def delete_push_config(ctx: Ctx, params: Params) -> dict:
 
 
 def capabilities(ctx: Ctx, readiness) -> dict[str, bool]:
-    """What this instance can honour for this agent right now (computed per request)."""
-    return {
-        "pushNotifications": ctx.agent.push_notifications_enabled and readiness.delivery_live,
-        # Streams ride this process's event hub (read in the event loop that runs it).
-        "streaming": ctx.agent.streaming_enabled and get_hub().connected,
-    }
+    """The card's capabilities for this agent right now (the rule: agents.readiness)."""
+    # Streams ride this process's event hub (read in the event loop that runs it).
+    caps = agent_capabilities(ctx.agent, readiness, hub_connected=get_hub().connected)
+    return {name: cap.on for name, cap in caps.items()}
 
 
 def public_card(ctx: Ctx, caps: dict[str, bool] | None = None) -> dict:
