@@ -13,7 +13,7 @@ A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
 export A2A_WEBHOOK_ALLOWED_NETWORKS
 
-.PHONY: run test install lint format bench clean
+.PHONY: run test install browser lint format bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,13 +29,26 @@ run: install
 	$(PY) manage.py sync_schedules
 	PORT=$(PORT) $(PY) manage.py run_platform
 
-test: install
+# tests/e2e drives Debian's chromium (/usr/bin/chromium) through Playwright; nothing is
+# downloaded at test time. Installed here when missing (root with apt), else a hint.
+browser:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium for the browser tests (tests/e2e)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "the browser tests (tests/e2e) need /usr/bin/chromium: sudo apt-get install chromium"; \
+	    exit 3; \
+	  fi; }
+
+test: install browser
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
 	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(VENV)/bin/ruff format .

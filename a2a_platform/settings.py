@@ -198,6 +198,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # Celery's line per job received and finished, and beat's per job sent: with the
+        # heartbeat and the sweepers that is several lines every few seconds of nothing
+        # happening. Failures are logged at ERROR whatever this says.
+        **{
+            name: {"level": env.str("A2A_JOB_LOG_LEVEL", default="WARNING")}
+            for name in ("celery.worker.strategy", "celery.app.trace", "celery.beat")
+        },
     },
 }
 # The task store and the outbox store (tasks/task_store.py, webhooks/outbox_store.py): "auto"

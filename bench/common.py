@@ -40,6 +40,7 @@ def platform_env(database_url: str, **extra: str) -> dict[str, str]:
             "CELERY_BROKER_URL": BROKER,
             "A2A_PROFILE": "test",
             "LOG_LEVEL": "INFO",
+            "A2A_JOB_LOG_LEVEL": "INFO",  # the delivery bench counts jobs from worker logs
             "A2A_AGENT_CACHE_SECONDS": "2",
             "A2A_API_KEY_CACHE_SECONDS": "5",
             "A2A_SIGNING_KEY_CACHE_SECONDS": "5",

@@ -38,6 +38,8 @@ def process_env(**overrides: str) -> dict[str, str]:
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             "A2A_PROFILE": "test",
             "PYTHONUNBUFFERED": "1",
+            # Each job received and finished is logged: tests read worker logs for it.
+            "A2A_JOB_LOG_LEVEL": "INFO",
         }
     )
     env.update({k: str(v) for k, v in overrides.items()})

@@ -1,6 +1,8 @@
 import os
 import secrets
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -43,12 +45,42 @@ class Command(BaseCommand):
         else:
             self.stdout.write("demo agent `demo` already exists")
 
+        self._admin_login()
+
+    def _admin_login(self) -> None:
+        """The admin login: created once; A2A_ADMIN_PASSWORD, when set, is the password
+        (set again on every run, so setting it later resets it). A generated password is
+        printed and kept in var/admin-login.txt (owner-only), so it can be found again."""
         User = get_user_model()
         username = os.environ.get("A2A_ADMIN_USER", "admin")
-        if User.objects.filter(username=username).exists():
-            self.stdout.write(f"admin user `{username}` already exists (password unchanged)")
+        from_env = os.environ.get("A2A_ADMIN_PASSWORD")
+        login_file = Path(settings.VAR_DIR) / "admin-login.txt"
+        reset_hint = (
+            f"reset it with `.venv/bin/python manage.py changepassword {username}` or by "
+            "running again with A2A_ADMIN_PASSWORD set"
+        )
+        user = User.objects.filter(username=username).first()
+        if user is not None:
+            if from_env:
+                user.set_password(from_env)
+                user.save(update_fields=["password"])
+                self.stdout.write(
+                    f"admin login: user `{username}`, password from A2A_ADMIN_PASSWORD"
+                )
+                return
+            where = f"; the generated one is in {login_file}" if login_file.exists() else ""
+            self.stdout.write(
+                f"admin user `{username}` already exists (password unchanged{where}); {reset_hint}"
+            )
             return
-        password = os.environ.get("A2A_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        password = from_env or secrets.token_urlsafe(12)
         User.objects.create_superuser(username=username, email="", password=password)
-        shown = "from A2A_ADMIN_PASSWORD" if os.environ.get("A2A_ADMIN_PASSWORD") else password
-        self.stdout.write(f"admin login: user `{username}`, password {shown} (shown once)")
+        if from_env:
+            self.stdout.write(f"admin login: user `{username}`, password from A2A_ADMIN_PASSWORD")
+            return
+        login_file.write_text(f"user: {username}\npassword: {password}\n")
+        login_file.chmod(0o600)
+        self.stdout.write(
+            f"admin login: user `{username}`, password {password} (also in {login_file}); "
+            f"{reset_hint}"
+        )

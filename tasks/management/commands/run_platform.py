@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 
@@ -70,7 +71,11 @@ class Command(BaseCommand):
             # Own process group: Ctrl-C reaches us once, and we stop children in order.
             procs[name] = subprocess.Popen(cmd, start_new_session=True)
             self.stdout.write(f"started {name} (pid {procs[name].pid})")
-        self.stdout.write(f"A2A platform on http://127.0.0.1:{port}/ (Ctrl-C stops everything)")
+        self.stdout.write(
+            f"A2A platform on http://127.0.0.1:{port}/ (Ctrl-C stops everything); the admin at "
+            f"http://127.0.0.1:{port}/admin/ (the login seed_demo printed is also in "
+            f"{settings.VAR_DIR / 'admin-login.txt'} when it was generated)"
+        )
         exit_code = 0
         while not stopping:
             for name, proc in procs.items():

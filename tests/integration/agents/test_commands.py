@@ -175,7 +175,10 @@ def test_list_agents_with_no_agents_prints_the_header_only():
 # --- seed_demo ------------------------------------------------------------------------------
 
 
-def test_seed_demo_is_idempotent(monkeypatch):
+def test_seed_demo_is_idempotent_and_a_password_set_later_resets_the_login(
+    monkeypatch, settings, tmp_path
+):
+    settings.VAR_DIR = tmp_path
     monkeypatch.setenv("A2A_ADMIN_USER", "boss")
     monkeypatch.setenv("A2A_ADMIN_PASSWORD", "correct horse battery")
     User = get_user_model()
@@ -190,27 +193,41 @@ def test_seed_demo_is_idempotent(monkeypatch):
     assert admin.is_staff
     assert admin.check_password("correct horse battery")
     assert "correct horse battery" not in out  # the password from the environment is not echoed
+    assert not (tmp_path / "admin-login.txt").exists()  # nothing generated, nothing kept
 
+    # A newcomer who missed the first password sets one and runs again: it is the login now.
     monkeypatch.setenv("A2A_ADMIN_PASSWORD", "another one")
     out, _ = run("seed_demo")
 
-    assert "already exists" in out
+    assert "demo agent `demo` already exists" in out
+    assert "password from A2A_ADMIN_PASSWORD" in out
+    assert "another one" not in out
     assert list(Agent.objects.values_list("pk", flat=True)) == [demo.pk]
     assert list(User.objects.values_list("pk", flat=True)) == [admin.pk]
     admin.refresh_from_db()
-    assert admin.check_password("correct horse battery")  # unchanged
+    assert admin.check_password("another one")
 
 
-def test_seed_demo_prints_a_generated_password_once(monkeypatch):
+def test_seed_demo_keeps_a_generated_password_findable(monkeypatch, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
     monkeypatch.setenv("A2A_ADMIN_USER", "admin")
     monkeypatch.delenv("A2A_ADMIN_PASSWORD", raising=False)
 
     out, _ = run("seed_demo")
 
-    password = re.search(r"password (\S+) \(shown once\)", out).group(1)
+    password = re.search(r"password (\S+) \(also in ", out).group(1)
     assert get_user_model().objects.get(username="admin").check_password(password)
+    login_file = tmp_path / "admin-login.txt"
+    assert login_file.read_text() == f"user: admin\npassword: {password}\n"
+    assert login_file.stat().st_mode & 0o777 == 0o600
+    assert "manage.py changepassword admin" in out
+
     out, _ = run("seed_demo")
-    assert password not in out
+
+    assert password not in out  # printed once; the file and the reset command are named
+    assert "password unchanged" in out
+    assert str(login_file) in out
+    assert "manage.py changepassword admin" in out
 
 
 def test_seed_demo_leaves_an_existing_default_agent_alone(monkeypatch):
