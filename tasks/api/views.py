@@ -27,7 +27,9 @@ from tasks.states import TaskState
 
 def _task_snapshot(task: Task) -> dict:
     return wire.task_json(
-        task, history=list(task.messages.all()), artifacts=list(task.artifacts.all())
+        task,
+        history=selectors.task_history(task, None),
+        artifacts=selectors.task_artifacts(task),
     )
 
 
@@ -52,9 +54,7 @@ class TaskListView(WorkerView):
         state = request.query_params.get("state", TaskState.SUBMITTED.value)
         if state not in {s.value for s in TaskState}:
             raise InvalidPayload("state", "unknown task state")
-        tasks = Task.objects.filter(agent=request.user.agent, state=state).order_by(
-            "status_timestamp"
-        )[:100]
+        tasks = selectors.tasks_in_state(agent_id=request.user.agent.pk, state=state)
         return Response({"tasks": [wire.task_json(t) for t in tasks]})
 
 
@@ -63,7 +63,7 @@ class ClaimView(WorkerView):
         claim = dispatch_claim_next(agent=request.user.agent, worker=request.user.claimant)
         if claim is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        task = Task.objects.get(pk=claim.task_id)
+        task = selectors.task_for_agent(agent_id=request.user.agent.pk, task_id=claim.task_id)
         return Response(
             {
                 "dispatchId": claim.dispatch_id,
@@ -121,7 +121,7 @@ class ArtifactView(WorkerView):
             append=data["append"],
             last_chunk=data["lastChunk"],
         )
-        return Response(wire.task_json(task, artifacts=list(task.artifacts.all())))
+        return Response(wire.task_json(task, artifacts=selectors.task_artifacts(task)))
 
 
 class MessageView(WorkerView):
@@ -129,4 +129,4 @@ class MessageView(WorkerView):
         task = self.agent_task(task_id)
         data = self.parsed(MessageSerializer)
         task = services.task_add_agent_message(task_id=task.pk, message=data["message"])
-        return Response(wire.task_json(task, history=list(task.messages.all())))
+        return Response(wire.task_json(task, history=selectors.task_history(task, None)))
