@@ -20,6 +20,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from a2a_platform.lib.on_commit import enqueue_on_commit
+from agents.models import Agent, Executor
+from tasks.errors import NotExternalExecutor
 from tasks.models import (
     ACTIVE_DISPATCH_STATES,
     DispatchState,
@@ -36,7 +38,7 @@ RUN_EXECUTOR_JOB = "tasks.run_executor"
 
 
 def _uses_celery(task: Task) -> bool:
-    return task.agent.executor != "external"
+    return task.agent.executor != Executor.EXTERNAL
 
 
 def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:
@@ -127,14 +129,20 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> Claim | None:
         return _claim(dispatch, worker)
 
 
-def dispatch_claim_next(*, agent_id: int, worker: str) -> Claim | None:
-    """Claim the oldest due dispatch of an agent's tasks (external workers, REST API)."""
+def dispatch_claim_next(*, agent: Agent, worker: str) -> Claim | None:
+    """Claim the oldest due dispatch of an agent's tasks (external workers, REST API).
+
+    Raises NotExternalExecutor for an agent a built-in executor runs: Celery runs its
+    dispatches, and a claim here would race the executor job.
+    """
+    if agent.executor != Executor.EXTERNAL:
+        raise NotExternalExecutor(agent.slug, agent.executor)
     with transaction.atomic():
         dispatch = (
             ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("task")
             .filter(
-                task__agent_id=agent_id,
+                task__agent_id=agent.pk,
                 state=DispatchState.PENDING,
                 not_before__lte=timezone.now(),
             )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from tasks.state_machine import IllegalTransition
 
 __all__ = [
+    "DispatchNotHeld",
     "IllegalTransition",
     "InvalidPayload",
+    "NotExternalExecutor",
     "TaskError",
     "TaskNotFound",
     "TaskTerminal",
@@ -42,3 +44,25 @@ class InvalidPayload(TaskError):
         self.field = field
         self.description = description
         super().__init__(f"{field}: {description}")
+
+
+class NotExternalExecutor(TaskError):
+    """A worker claim for an agent whose dispatches a built-in (Celery) executor runs: a claim
+    there would race the executor job."""
+
+    def __init__(self, agent_slug: str, executor: str) -> None:
+        self.agent_slug = agent_slug
+        self.executor = executor
+        super().__init__(
+            f"agent {agent_slug} runs the built-in {executor} executor; only agents with "
+            "executor=external are worked through this API"
+        )
+
+
+class DispatchNotHeld(TaskError):
+    """A renew or release of a dispatch the caller does not hold (its lease lapsed and was
+    swept, the task finished, or it never held it)."""
+
+    def __init__(self, dispatch_id: int) -> None:
+        self.dispatch_id = dispatch_id
+        super().__init__("this dispatch is not held by you")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection, transaction
+from django.db.models import Q
 
-from tasks.models import Artifact, Message, Task, TaskEvent
+from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
+from tasks.states import SETTLED_STATES, TaskState
 from tasks.task_store import store
 
 
@@ -44,9 +48,79 @@ def task_for_agent(*, agent_id: int, task_id: object) -> Task | None:
     return Task.objects.filter(pk=pk, agent_id=agent_id).select_related("agent").first()
 
 
-def events_after(*, task_id: object, after_seq: int, limit: int = 500) -> list[TaskEvent]:
+def tasks_in_state(*, agent_id: int, state: str, limit: int = 100) -> list[Task]:
+    """An agent's tasks in one state, oldest status first (the worker API's task list)."""
     return list(
-        TaskEvent.objects.filter(task_id=task_id, seq__gt=after_seq).order_by("seq")[:limit]
+        Task.objects.filter(agent_id=agent_id, state=state).order_by("status_timestamp")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    tasks: list[Task]
+    more: bool  # another page follows the last task
+    total: int  # tasks matching the filters, all pages
+
+
+def task_page(
+    *,
+    agent_id: int,
+    owner: str,
+    page_size: int,
+    context_id: str = "",
+    state: str | None = None,
+    status_after: datetime | None = None,
+    after_key: tuple[datetime, str] | None = None,
+) -> TaskPage:
+    """One page of the owner's tasks on this agent, newest status first (ListTasks).
+
+    Keyset paging on (status_timestamp, id), both descending: `after_key` is the last task of
+    the previous page, so a page never repeats or skips a task whatever is written meanwhile.
+    `total` counts every page.
+    """
+    qs = Task.objects.filter(agent_id=agent_id, owner=owner)
+    if context_id:
+        qs = qs.filter(context_id=context_id)
+    if state is not None:
+        qs = qs.filter(state=state)
+    if status_after is not None:
+        qs = qs.filter(status_timestamp__gte=status_after)
+    total = qs.count()
+    if after_key is not None:
+        ts, pk = after_key
+        qs = qs.filter(Q(status_timestamp__lt=ts) | Q(status_timestamp=ts, pk__lt=pk))
+    rows = list(qs.order_by("-status_timestamp", "-pk")[: page_size + 1])
+    return TaskPage(rows[:page_size], len(rows) > page_size, total)
+
+
+def task_settled_since(task_id: object, after_seq: int | None) -> tuple[str, int, bool] | None:
+    """(state, last_seq, moved) of a task, None when it is gone. `moved`: a status event came
+    after `after_seq` (always True without one, or while the task is not settled: the caller
+    then waits on the state alone)."""
+    row = Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
+    if row is None:
+        return None
+    if after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
+        return row[0], row[1], True
+    moved = TaskEvent.objects.filter(
+        task_id=task_id, kind=EventKind.STATUS, seq__gt=after_seq
+    ).exists()
+    return row[0], row[1], moved
+
+
+def task_event_rows(task_id: object, *, after: int, limit: int) -> list[tuple[int, str, dict]]:
+    """`(seq, kind, payload)` of a task's events after `after`, in order, at most `limit`."""
+    return list(
+        TaskEvent.objects.filter(task_id=task_id, seq__gt=after)
+        .order_by("seq")
+        .values_list("seq", "kind", "payload")[:limit]
+    )
+
+
+def task_answered_with_message(task_id: object) -> bool:
+    """Whether the agent answered the task with a direct Message (spec §3.1.1)."""
+    return bool(
+        Task.objects.filter(pk=task_id).values_list("answered_with_message", flat=True).first()
     )
 
 

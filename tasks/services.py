@@ -298,6 +298,19 @@ def task_append_message(*, task_id: object, message: MessageInput) -> Task:
     return task
 
 
+def task_add_agent_message(*, task_id: object, message: MessageInput) -> Task:
+    """A worker backend adds a message to a task's history: always the agent's.
+
+    A message whose role names anyone but the agent raises InvalidPayload; an omitted role is
+    the agent's. Otherwise as task_append_message (an agent message opens no dispatch).
+    """
+    if isinstance(message, dict):
+        if message.get("role") not in (None, "ROLE_AGENT"):
+            raise InvalidPayload("message.role", "a worker adds agent messages (ROLE_AGENT)")
+        message = {**message, "role": "ROLE_AGENT"}
+    return task_append_message(task_id=task_id, message=message)
+
+
 def task_cancel(*, task_id: object, reason: str | None = None) -> Task:
     """Cancel a task (best effort for the executor, final for the store).
 

@@ -40,7 +40,7 @@ from webhooks.models import (
     OperatorAction,
     PushConfig,
 )
-from webhooks.outbox_store import AttemptResult, Head, NewAttempt, Recorded, store
+from webhooks.outbox_store import AttemptResult, Head, NewAttempt, Recorded, get_outbox_store
 from webhooks.signer import bearer_jwt, webhook_headers
 from webhooks.transport import TransportResult
 from webhooks.wake import wake_on_commit
@@ -173,7 +173,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     On PostgreSQL: a read that locks, (for failing endpoints only) a lock of those endpoints,
     and one write (webhooks/outbox_store.py)."""
     now = timezone.now()
-    outbox = store()
+    outbox = get_outbox_store()
     with transaction.atomic():
         rows = outbox.claim_read(now, limit, config_pks)
         if not rows:
@@ -346,7 +346,7 @@ def delivery_record_many(results: Sequence[tuple[Claim, TransportResult]]) -> li
     if not results:
         return []
     now = timezone.now()
-    outbox = store()
+    outbox = get_outbox_store()
     config_pks = sorted({claim.config_pk for claim, _ in results})
     with transaction.atomic():
         heads.lock(config_pks)

@@ -1,45 +1,49 @@
-"""The outbox's hot statements, for PostgreSQL and for the embedded database.
+"""The outbox store: the outbox's hot statements, declared once (`OutboxStore`), twice implemented.
 
 webhooks/services.py and webhooks/delivery.py decide (who is owed an event, which heads go,
-what an attempt's result means); this module only reads and writes the rows, inside the
-caller's transaction:
+what an attempt's result means); a store only reads and writes the rows, inside the caller's
+transaction. `OutboxStore` below is the table of contents, one docstring per statement.
 
-- `outbox_write`: one delivery of a task event per current binding of the task's live push
-  configs, each config made due unless its head is already scheduled (config rows locked in
-  id order first, like every writer of heads: webhooks/heads.py);
-- `claim_read`: lock up to `limit` configs whose head is due (SKIP LOCKED, off the
-  pushconfig_head_due index, longest-waiting first) and read each one's head with what
-  sending it needs (binding version, endpoint state and in-flight count, agent, earlier
-  attempts);
-- `claim_write`: every config's new head time, the chosen heads leased, their attempt rows;
-- `record_read`: lock the recorded deliveries and read their state and endpoint;
-- `record_write`: every attempt's outcome, the delivered heads, each config's head time;
-  returns the configs whose new head is due now.
-
-`PostgresStore` is what production runs: each step is one prepared statement (raw SQL; the
-ORM's query building and PostgreSQL's planning cost more CPU per batch than the sends did,
-and three ORM statements per event were a third of a task event's CPU, measured by
-bench/delivery_bench.py and a profile of task_add_artifact). `PortableStore` does the same
-through the ORM for the embedded SQLite database of `make run`, where a writer holds the
-whole database anyway; tests/integration/webhooks/test_outbox.py runs every case through
-both.
+`PgOutboxStore` is what production runs on PostgreSQL: each step is one prepared statement
+(raw SQL; the ORM's query building and PostgreSQL's planning cost more CPU per batch than the
+sends did, and three ORM statements per event were a third of a task event's CPU, measured by
+bench/delivery_bench.py and a profile of task_add_artifact). Its table names, INSERT column
+lists, defaults and state literals are generated from the models (`_meta`, `DeliveryState`),
+as tasks/task_store.py's are, so a field added to `Delivery` or `DeliveryAttempt` cannot go
+missing from a statement (building the statement refuses it). `OrmOutboxStore` does the same
+through the ORM and runs on any database: the embedded SQLite database of `make run`, and
+PostgreSQL behind a transaction-pooling proxy that cannot keep prepared statements.
+`get_outbox_store()` picks one by `settings.A2A_STORE`. tests/integration/webhooks/
+test_outbox_store.py holds both to one contract; test_outbox.py runs every service case
+through both.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from django.db import connection
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, models
 from django.db.models import Count, F
 
 from a2a_platform.lib.sql import run_prepared
 from webhooks import heads
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryState,
+    Endpoint,
+    PushBinding,
+    PushConfig,
+)
 
 
 class Head(NamedTuple):
@@ -80,6 +84,8 @@ class Recorded(NamedTuple):
 
 
 class NewAttempt(NamedTuple):
+    """An attempt row a claim inserts before its send."""
+
     delivery_pk: int
     number: int
     url: str
@@ -97,36 +103,155 @@ class AttemptResult(NamedTuple):
     excerpt: str
 
 
-def store() -> PostgresStore | PortableStore:
-    return _POSTGRES if connection.vendor == "postgresql" else _PORTABLE
+class OutboxStore(Protocol):
+    """The outbox's statements. Each runs inside the caller's transaction and locks config
+    rows before delivery rows, like every writer of heads (webhooks/heads.py)."""
+
+    def outbox_write(
+        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
+    ) -> int:
+        """Write one pending delivery of a task event per current binding of the task's live
+        push configs (config rows locked in id order first) and make each config due now
+        unless its head is already scheduled. Returns how many deliveries were written."""
+        ...
+
+    def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
+        """Lock up to `limit` configs whose head is due (SKIP LOCKED, off the
+        pushconfig_head_due index, longest-waiting first; only `config_pks` when given) and
+        read each one's head with what sending it needs (binding version, endpoint state and
+        in-flight count, agent, earlier attempts), ordered by the heads' due times; a config
+        that owes nothing comes as `Head(config_pk, None)`."""
+        ...
+
+    def claim_write(
+        self,
+        now: datetime,
+        leased_until: datetime,
+        due: dict[int, datetime | None],
+        attempts: list[NewAttempt],
+    ) -> dict[int, int]:
+        """Set every config's new head time (`due`), lease the attempted deliveries (sending,
+        one more try, `next_attempt_at = leased_until`) and insert their attempt rows started
+        at `now`. Returns {delivery pk: its new attempt's pk}."""
+        ...
+
+    def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
+        """Lock the recorded deliveries (not their shared endpoint rows) and read their state
+        and endpoint, by delivery pk."""
+        ...
+
+    def record_write(
+        self,
+        now: datetime,
+        results: Sequence[AttemptResult],
+        delivered: list[tuple[int, int]],
+        config_pks: list[int],
+    ) -> set[int]:
+        """Write every attempt's outcome, mark the `delivered` (pk, status) deliveries
+        delivered, and recompute each config's head time. Returns the configs whose new head
+        is due now."""
+        ...
+
+
+def get_outbox_store() -> OutboxStore:
+    """The store `settings.A2A_STORE` asks for: "auto" = the prepared SQL on PostgreSQL and
+    the ORM elsewhere, "orm" = the ORM everywhere, "postgres" = the SQL (refused on another
+    database)."""
+    choice = settings.A2A_STORE
+    on_postgres = connection.vendor == "postgresql"
+    if choice == "orm":
+        return _ORM
+    if choice == "postgres":
+        if not on_postgres:
+            raise ImproperlyConfigured(
+                f"A2A_STORE=postgres needs PostgreSQL, not {connection.vendor}"
+            )
+        return _PG
+    return _PG if on_postgres else _ORM
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
 
-_OUTBOX_WRITE = """
+
+def _table(model: type[models.Model]) -> str:
+    return model._meta.db_table
+
+
+def _literal(value: str | int) -> str:
+    """A constant (a state, a field's default) as SQL text."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(int(value))
+
+
+def _default(model: type[models.Model], name: str) -> str:
+    """A field's Python default as SQL text: raw SQL applies no Python default itself."""
+    return _literal(model._meta.get_field(name).get_default())
+
+
+_OPEN = ", ".join(_literal(state) for state in OPEN_DELIVERY_STATES)
+_SENDING = _literal(DeliveryState.SENDING)
+
+
+def _insert_fields(model: type[models.Model], values: dict[str, str]) -> tuple[str, str]:
+    """The column list and the value list of an INSERT of `model` writing `values` ({field
+    name: SQL expression}), in the model's field order. Refuses a concrete non-nullable field
+    left out (the database has no default for it: the statement would fail, or write NULL)."""
+    fields = [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
+    missing = sorted(f.name for f in fields if not f.null and f.name not in values)
+    unknown = sorted(set(values) - {f.name for f in fields})
+    if missing or unknown:
+        raise ImproperlyConfigured(
+            f"{model.__name__} insert: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
+        )
+    named = [f for f in fields if f.name in values]
+    return ", ".join(f.column for f in named), ", ".join(values[f.name] for f in named)
+
+
+@functools.cache
+def _outbox_write_sql() -> str:
+    columns, values = _insert_fields(
+        Delivery,
+        {
+            "event_id": "gen_random_uuid()",
+            "config": "b.config_id",
+            "binding": "b.id",
+            "task": "%(task)s",
+            "seq": "%(seq)s",
+            "kind": "%(kind)s",
+            "body": "%(body)s",
+            "state": _literal(DeliveryState.PENDING),
+            "attempts": _default(Delivery, "attempts"),
+            "next_attempt_at": "%(now)s",
+            "last_error": _default(Delivery, "last_error"),
+            "created_at": "%(now)s",
+        },
+    )
+    return f"""
 WITH configs AS (
-    SELECT id FROM webhooks_pushconfig
+    SELECT id FROM {_table(PushConfig)}
     WHERE task_id = %(task)s AND deleted_at IS NULL
     ORDER BY id
     FOR NO KEY UPDATE
 ), written AS (
-    INSERT INTO webhooks_delivery
-        (event_id, config_id, binding_id, task_id, seq, kind, body, state, attempts,
-         next_attempt_at, last_error, created_at)
-    SELECT gen_random_uuid(), b.config_id, b.id, %(task)s, %(seq)s, %(kind)s, %(body)s,
-           'pending', 0, %(now)s, '', %(now)s
-    FROM webhooks_pushbinding b JOIN configs c ON c.id = b.config_id
+    INSERT INTO {_table(Delivery)} ({columns})
+    SELECT {values}
+    FROM {_table(PushBinding)} b JOIN configs c ON c.id = b.config_id
     WHERE b.retired_at IS NULL
     RETURNING config_id
 )
-UPDATE webhooks_pushconfig p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
+UPDATE {_table(PushConfig)} p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
 WHERE p.id IN (SELECT config_id FROM written)
 RETURNING p.id
 """
 
-_CLAIM_READ = """
+
+@functools.cache
+def _claim_read_sql() -> str:
+    # The select list is `Head`'s fields, in order.
+    return f"""
 WITH due AS (
-    SELECT id, config_id FROM webhooks_pushconfig
+    SELECT id, config_id FROM {_table(PushConfig)}
     WHERE head_due_at <= %(now)s AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]))
     ORDER BY head_due_at, id
     LIMIT %(limit)s
@@ -137,15 +262,15 @@ WITH due AS (
            b.token_encrypted, b.auth_scheme, b.credentials_encrypted, b.issuer, b.endpoint_id
     FROM due
     LEFT JOIN LATERAL (
-        SELECT * FROM webhooks_delivery o
-        WHERE o.config_id = due.id AND o.state IN ('pending', 'sending')
+        SELECT * FROM {_table(Delivery)} o
+        WHERE o.config_id = due.id AND o.state IN ({_OPEN})
         ORDER BY o.id LIMIT 1
     ) d ON true
-    LEFT JOIN webhooks_pushbinding b ON b.id = d.binding_id
+    LEFT JOIN {_table(PushBinding)} b ON b.id = d.binding_id
 ), busy AS (
     SELECT b.endpoint_id, count(*) AS n
-    FROM webhooks_delivery s JOIN webhooks_pushbinding b ON b.id = s.binding_id
-    WHERE s.state = 'sending' AND s.next_attempt_at > %(now)s
+    FROM {_table(Delivery)} s JOIN {_table(PushBinding)} b ON b.id = s.binding_id
+    WHERE s.state = {_SENDING} AND s.next_attempt_at > %(now)s
       AND b.endpoint_id IN (SELECT endpoint_id FROM heads)
     GROUP BY b.endpoint_id
 )
@@ -154,48 +279,68 @@ SELECT h.config_pk, h.id, h.event_id, h.task_id, h.seq, h.kind, h.body, h.attemp
        h.credentials_encrypted, h.issuer, h.endpoint_id, e.paused_at IS NOT NULL,
        e.consecutive_failures, COALESCE(busy.n, 0),
        (SELECT t.agent_id FROM tasks_task t WHERE t.id = h.task_id),
-       (SELECT count(*) FROM webhooks_deliveryattempt x WHERE x.delivery_id = h.id)
+       (SELECT count(*) FROM {_table(DeliveryAttempt)} x WHERE x.delivery_id = h.id)
 FROM heads h
-LEFT JOIN webhooks_endpoint e ON e.id = h.endpoint_id
+LEFT JOIN {_table(Endpoint)} e ON e.id = h.endpoint_id
 LEFT JOIN busy ON busy.endpoint_id = h.endpoint_id
 ORDER BY h.next_attempt_at, h.id
 """
 
-_CLAIM_WRITE = """
+
+@functools.cache
+def _claim_write_sql() -> str:
+    columns, values = _insert_fields(
+        DeliveryAttempt,
+        {
+            "delivery": "u.delivery_id",
+            "number": "u.number",
+            "url": "u.url",
+            "started_at": "%(now)s",
+            "request_headers": "u.headers::jsonb",
+            "manual": "u.manual",
+            "error_class": _default(DeliveryAttempt, "error_class"),
+            "response_excerpt": _default(DeliveryAttempt, "response_excerpt"),
+        },
+    )
+    return f"""
 WITH heads AS (
-    UPDATE webhooks_pushconfig p SET head_due_at = u.due
+    UPDATE {_table(PushConfig)} p SET head_due_at = u.due
     FROM unnest(%(configs)s::bigint[], %(dues)s::timestamptz[]) AS u(id, due)
     WHERE p.id = u.id
 ), leased AS (
-    UPDATE webhooks_delivery SET state = 'sending', attempts = attempts + 1,
+    UPDATE {_table(Delivery)} SET state = {_SENDING}, attempts = attempts + 1,
         next_attempt_at = %(leased_until)s
     WHERE id = ANY(%(deliveries)s::bigint[])
 )
-INSERT INTO webhooks_deliveryattempt
-    (delivery_id, number, url, started_at, request_headers, manual, error_class,
-     response_excerpt)
-SELECT u.delivery_id, u.number, u.url, %(now)s, u.headers::jsonb, u.manual, '', ''
+INSERT INTO {_table(DeliveryAttempt)} ({columns})
+SELECT {values}
 FROM unnest(%(deliveries)s::bigint[], %(numbers)s::int[], %(urls)s::text[],
             %(headers)s::text[], %(manual)s::bool[]) AS u(delivery_id, number, url, headers, manual)
 RETURNING delivery_id, id
 """
 
+
 # Only the deliveries are locked: locking the joined endpoint row, which every delivery to
 # that receiver shares, would serialize the batches (a lock convoy, measured).
-_RECORD_READ = """
+@functools.cache
+def _record_read_sql() -> str:
+    return f"""
 SELECT d.id, d.state, d.attempts, b.endpoint_id, e.consecutive_failures, e.last_success_at
-FROM webhooks_delivery d
-JOIN webhooks_pushbinding b ON b.id = d.binding_id
-JOIN webhooks_endpoint e ON e.id = b.endpoint_id
+FROM {_table(Delivery)} d
+JOIN {_table(PushBinding)} b ON b.id = d.binding_id
+JOIN {_table(Endpoint)} e ON e.id = b.endpoint_id
 WHERE d.id = ANY(%(deliveries)s::bigint[])
 FOR NO KEY UPDATE OF d
 """
 
+
 # The statement's snapshot still shows the heads it delivers as open, hence their exclusion
 # from the head-time subquery; retries and dead-letters were written by earlier statements.
-_RECORD_WRITE = """
+@functools.cache
+def _record_write_sql() -> str:
+    return f"""
 WITH tried AS (
-    UPDATE webhooks_deliveryattempt a
+    UPDATE {_table(DeliveryAttempt)} a
     SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
         response_excerpt = u.excerpt
     FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
@@ -203,14 +348,15 @@ WITH tried AS (
          AS u(id, duration_ms, status, error_class, excerpt)
     WHERE a.id = u.id
 ), delivered AS (
-    UPDATE webhooks_delivery d
-    SET state = 'delivered', finished_at = %(now)s, last_status = u.status, last_error = ''
+    UPDATE {_table(Delivery)} d
+    SET state = {_literal(DeliveryState.DELIVERED)}, finished_at = %(now)s,
+        last_status = u.status, last_error = {_default(Delivery, "last_error")}
     FROM unnest(%(delivered)s::bigint[], %(delivered_statuses)s::int[]) AS u(id, status)
     WHERE d.id = u.id
 )
-UPDATE webhooks_pushconfig p SET head_due_at = (
-    SELECT o.next_attempt_at FROM webhooks_delivery o
-    WHERE o.config_id = p.id AND o.state IN ('pending', 'sending')
+UPDATE {_table(PushConfig)} p SET head_due_at = (
+    SELECT o.next_attempt_at FROM {_table(Delivery)} o
+    WHERE o.config_id = p.id AND o.state IN ({_OPEN})
       AND o.id <> ALL(%(delivered)s::bigint[])
     ORDER BY o.id LIMIT 1
 )
@@ -219,17 +365,31 @@ RETURNING p.id, p.head_due_at <= %(now)s
 """
 
 
-class PostgresStore:
+def statements() -> dict[str, str]:
+    """The PostgreSQL store's statements by name (what the schema-drift test reads)."""
+    return {
+        "outbox_write": _outbox_write_sql(),
+        "claim_read": _claim_read_sql(),
+        "claim_write": _claim_write_sql(),
+        "record_read": _record_read_sql(),
+        "record_write": _record_write_sql(),
+    }
+
+
+class PgOutboxStore:
+    """The outbox store as prepared SQL (PostgreSQL only)."""
+
     def outbox_write(
         self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
     ) -> int:
         params = {"task": task_pk, "seq": seq, "kind": kind, "body": body, "now": now}
-        return len(run_prepared(_OUTBOX_WRITE, params))
+        return len(run_prepared(_outbox_write_sql(), params))
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         only = None if config_pks is None else list(config_pks)
-        rows = run_prepared(_CLAIM_READ, {"now": now, "limit": limit, "only": only})
-        return [Head(*row) for row in rows]
+        rows = run_prepared(_claim_read_sql(), {"now": now, "limit": limit, "only": only})
+        # A config owing nothing reads as NULLs (the LEFT JOIN): `Head(config_pk, None)`.
+        return [Head(*row) if row[1] is not None else Head(row[0], None) for row in rows]
 
     def claim_write(
         self,
@@ -239,7 +399,7 @@ class PostgresStore:
         attempts: list[NewAttempt],
     ) -> dict[int, int]:
         rows = run_prepared(
-            _CLAIM_WRITE,
+            _claim_write_sql(),
             {
                 "configs": list(due),
                 "dues": list(due.values()),
@@ -255,7 +415,7 @@ class PostgresStore:
         return dict(rows)
 
     def record_read(self, delivery_pks: list[int]) -> dict[int, Recorded]:
-        rows = run_prepared(_RECORD_READ, {"deliveries": delivery_pks})
+        rows = run_prepared(_record_read_sql(), {"deliveries": delivery_pks})
         return {row[0]: Recorded(*row[1:]) for row in rows}
 
     def record_write(
@@ -266,7 +426,7 @@ class PostgresStore:
         config_pks: list[int],
     ) -> set[int]:
         rows = run_prepared(
-            _RECORD_WRITE,
+            _record_write_sql(),
             {
                 "attempts": [r.attempt_pk for r in results],
                 "durations": [r.duration_ms for r in results],
@@ -285,7 +445,9 @@ class PostgresStore:
 # --- any database (the ORM) ----------------------------------------------------------------
 
 
-class PortableStore:
+class OrmOutboxStore:
+    """The outbox store through the ORM: the same rows on any database."""
+
     def outbox_write(
         self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
     ) -> int:
@@ -433,5 +595,5 @@ class PortableStore:
         )
 
 
-_POSTGRES = PostgresStore()
-_PORTABLE = PortableStore()
+_PG = PgOutboxStore()
+_ORM = OrmOutboxStore()

@@ -35,7 +35,7 @@ from webhooks.models import (
     PushBinding,
     PushConfig,
 )
-from webhooks.outbox_store import store
+from webhooks.outbox_store import get_outbox_store
 from webhooks.ssrf import UnsafeDestination, check_url
 from webhooks.wake import wake_on_commit
 
@@ -237,7 +237,7 @@ def on_task_event(task: Task, event: TaskEvent) -> None:
     if event.kind not in ("status", "artifact"):
         return
     body = body_bytes(event.payload)
-    if store().outbox_write(task.pk, event.seq, event.kind, body, timezone.now()):
+    if get_outbox_store().outbox_write(task.pk, event.seq, event.kind, body, timezone.now()):
         wake_on_commit()
 
 

@@ -41,9 +41,10 @@ from a2a_platform.protocol.errors import (
 )
 from agents.card import render_card
 from agents.readiness import capabilities as agent_capabilities
-from tasks import services, wire
+from tasks import selectors, services, wire
+from tasks.errors import TaskNotFound
 from tasks.event_hub import get_hub
-from tasks.models import EventKind, Task, TaskEvent
+from tasks.models import Task
 from tasks.states import SETTLED_STATES, TaskState
 
 # --- SendMessage ---------------------------------------------------------------------------
@@ -67,7 +68,9 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
         )
 
     def render():
-        task = Task.objects.get(pk=task_id)
+        task = selectors.task_for_owner(agent_id=ctx.agent.pk, owner=ctx.principal, task_id=task_id)
+        if task is None:
+            raise TaskNotFound(task_id)
         if task.answered_with_message and task.status_message:
             return {"message": task.status_message}
         return {"task": snapshot(task, history_length=history_length)}
@@ -86,23 +89,17 @@ async def wait_until_settled(
     deadline = time.monotonic() + max_wait
     hub = get_hub()
 
-    def state_and_seq():
-        row = Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
-        if row is None or after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
-            return row, True
-        moved = TaskEvent.objects.filter(
-            task_id=task_id, kind=EventKind.STATUS, seq__gt=after_seq
-        ).exists()
-        return row, moved
-
     while True:
-        row, moved = await run_orm(state_and_seq)
-        if row is None or (moved and TaskState(row[0]) in SETTLED_STATES):
+        row = await run_orm(lambda: selectors.task_settled_since(task_id, after_seq))
+        if row is None:
+            return
+        state, last_seq, moved = row
+        if moved and TaskState(state) in SETTLED_STATES:
             return
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        await hub.wait_for_task_event(task_id, row[1], remaining)
+        await hub.wait_for_task_event(task_id, last_seq, remaining)
 
 
 # --- Tasks ---------------------------------------------------------------------------------
@@ -123,8 +120,7 @@ async def cancel_task(ctx: Ctx, params: Params) -> dict:
 
     def cancel():
         task = visible_task(ctx, req.id)
-        services.task_cancel(task_id=task.pk)
-        return snapshot(Task.objects.get(pk=task.pk), history_length=None)
+        return snapshot(services.task_cancel(task_id=task.pk), history_length=None)
 
     return await orm(cancel)
 
@@ -144,8 +140,6 @@ def _decode_cursor(token: str) -> tuple[datetime, str]:
 
 
 async def list_tasks(ctx: Ctx, params: Params) -> dict:
-    from django.db.models import Q
-
     req = parse_request(params, a2a_pb2.ListTasksRequest)
     page_size = req.page_size if req.HasField("page_size") else 50
     if not 1 <= page_size <= 100:
@@ -161,29 +155,28 @@ async def list_tasks(ctx: Ctx, params: Params) -> dict:
     if req.HasField("status_timestamp_after"):
         after = req.status_timestamp_after.ToDatetime(tzinfo=UTC)
 
+    state = None
+    if req.status != a2a_pb2.TASK_STATE_UNSPECIFIED:
+        state = a2a_pb2.TaskState.Name(req.status)
+
     def query():
-        qs = Task.objects.filter(agent=ctx.agent, owner=ctx.principal)
-        if req.context_id:
-            qs = qs.filter(context_id=req.context_id)
-        if req.status != a2a_pb2.TASK_STATE_UNSPECIFIED:
-            qs = qs.filter(state=a2a_pb2.TaskState.Name(req.status))
-        if after is not None:
-            qs = qs.filter(status_timestamp__gte=after)
-        total = qs.count()
-        if cursor is not None:
-            ts, pk = cursor
-            qs = qs.filter(Q(status_timestamp__lt=ts) | Q(status_timestamp=ts, pk__lt=pk))
-        rows = list(qs.order_by("-status_timestamp", "-pk")[: page_size + 1])
-        more = len(rows) > page_size
-        rows = rows[:page_size]
+        page = selectors.task_page(
+            agent_id=ctx.agent.pk,
+            owner=ctx.principal,
+            page_size=page_size,
+            context_id=req.context_id,
+            state=state,
+            status_after=after,
+            after_key=cursor,
+        )
         return {
             "tasks": [
                 snapshot(t, history_length=history_length, include_artifacts=include_artifacts)
-                for t in rows
+                for t in page.tasks
             ],
-            "nextPageToken": _encode_cursor(rows[-1]) if more else "",
+            "nextPageToken": _encode_cursor(page.tasks[-1]) if page.more else "",
             "pageSize": page_size,
-            "totalSize": total,
+            "totalSize": page.total,
         }
 
     return await orm(query)

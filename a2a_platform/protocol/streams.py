@@ -40,8 +40,8 @@ from a2a_platform.protocol.errors import (
 )
 from a2a_platform.protocol.sse import KEEPALIVE
 from tasks.event_hub import EventHub, get_hub
-from tasks.models import EventKind, Task, TaskEvent
-from tasks.selectors import consistent_reads
+from tasks.models import EventKind, Task
+from tasks.selectors import consistent_reads, task_answered_with_message, task_event_rows
 from tasks.states import SETTLED_STATES, TERMINAL_STATES
 
 Params = dict[str, Any]
@@ -107,11 +107,7 @@ class _Follower:
 
 
 def _read_rows(task_id: str, after: int) -> list[tuple[int, str, dict]]:
-    return list(
-        TaskEvent.objects.filter(task_id=task_id, seq__gt=after)
-        .order_by("seq")
-        .values_list("seq", "kind", "payload")[:PAGE]
-    )
+    return task_event_rows(task_id, after=after, limit=PAGE)
 
 
 async def _events_after(follower: _Follower, after: int) -> list[tuple]:
@@ -159,15 +155,7 @@ def _is_terminal(response: dict) -> bool:
 
 
 async def _answered_with_message(task_id: str) -> bool:
-    return bool(
-        await run_orm(
-            lambda: (
-                Task.objects.filter(pk=task_id)
-                .values_list("answered_with_message", flat=True)
-                .first()
-            )
-        )
-    )
+    return await run_orm(lambda: task_answered_with_message(task_id))
 
 
 async def _follow(

@@ -6,7 +6,13 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
+from tasks.errors import (
+    DispatchNotHeld,
+    InvalidPayload,
+    NotExternalExecutor,
+    TaskNotFound,
+    TaskTerminal,
+)
 from tasks.state_machine import IllegalTransition
 
 
@@ -31,6 +37,10 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             ),
             status=status.HTTP_409_CONFLICT,
         )
+    if isinstance(exc, NotExternalExecutor):
+        return Response(_body("not_external", str(exc)), status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, DispatchNotHeld):
+        return Response(_body("lease_lost", str(exc)), status=status.HTTP_409_CONFLICT)
     if isinstance(exc, InvalidPayload):
         return Response(
             _body("invalid_payload", exc.description, field=exc.field),

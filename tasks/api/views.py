@@ -10,7 +10,6 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.models import Executor
 from tasks import selectors, services, wire
 from tasks.api.auth import WorkerTokenAuthentication
 from tasks.api.serializers import (
@@ -21,14 +20,16 @@ from tasks.api.serializers import (
     check_storable,
 )
 from tasks.dispatch import dispatch_claim_next, dispatch_finish, dispatch_renew
-from tasks.errors import InvalidPayload, TaskNotFound
+from tasks.errors import DispatchNotHeld, InvalidPayload, TaskNotFound
 from tasks.models import Task
 from tasks.states import TaskState
 
 
 def _task_snapshot(task: Task) -> dict:
     return wire.task_json(
-        task, history=list(task.messages.all()), artifacts=list(task.artifacts.all())
+        task,
+        history=selectors.task_history(task, None),
+        artifacts=selectors.task_artifacts(task),
     )
 
 
@@ -53,32 +54,16 @@ class TaskListView(WorkerView):
         state = request.query_params.get("state", TaskState.SUBMITTED.value)
         if state not in {s.value for s in TaskState}:
             raise InvalidPayload("state", "unknown task state")
-        tasks = Task.objects.filter(agent=request.user.agent, state=state).order_by(
-            "status_timestamp"
-        )[:100]
+        tasks = selectors.tasks_in_state(agent_id=request.user.agent.pk, state=state)
         return Response({"tasks": [wire.task_json(t) for t in tasks]})
 
 
 class ClaimView(WorkerView):
     def post(self, request):
-        agent = request.user.agent
-        if agent.executor != Executor.EXTERNAL:
-            # Celery runs this agent's dispatches; a claim here would race the executor job.
-            return Response(
-                {
-                    "error": {
-                        "code": "not_external",
-                        "message": f"agent {agent.slug} runs the built-in {agent.executor} "
-                        "executor; only agents with executor=external are worked through "
-                        "this API",
-                    }
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        claim = dispatch_claim_next(agent_id=request.user.agent.pk, worker=request.user.claimant)
+        claim = dispatch_claim_next(agent=request.user.agent, worker=request.user.claimant)
         if claim is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        task = Task.objects.get(pk=claim.task_id)
+        task = selectors.task_for_agent(agent_id=request.user.agent.pk, task_id=claim.task_id)
         return Response(
             {
                 "dispatchId": claim.dispatch_id,
@@ -92,10 +77,7 @@ class ClaimView(WorkerView):
 class DispatchRenewView(WorkerView):
     def post(self, request, dispatch_id: int):
         if not dispatch_renew(dispatch_id=dispatch_id, worker=request.user.claimant):
-            return Response(
-                {"error": {"code": "lease_lost", "message": "this dispatch is not held by you"}},
-                status=status.HTTP_409_CONFLICT,
-            )
+            raise DispatchNotHeld(dispatch_id)
         return Response({"dispatchId": dispatch_id, "renewed": True})
 
 
@@ -107,10 +89,7 @@ class DispatchFinishView(WorkerView):
             worker=request.user.claimant,
             run_again_after=data.get("runAgainAfter"),
         ):
-            return Response(
-                {"error": {"code": "lease_lost", "message": "this dispatch is not held by you"}},
-                status=status.HTTP_409_CONFLICT,
-            )
+            raise DispatchNotHeld(dispatch_id)
         return Response({"dispatchId": dispatch_id, "finished": True})
 
 
@@ -142,17 +121,12 @@ class ArtifactView(WorkerView):
             append=data["append"],
             last_chunk=data["lastChunk"],
         )
-        return Response(wire.task_json(task, artifacts=list(task.artifacts.all())))
+        return Response(wire.task_json(task, artifacts=selectors.task_artifacts(task)))
 
 
 class MessageView(WorkerView):
     def post(self, request, task_id):
         task = self.agent_task(task_id)
         data = self.parsed(MessageSerializer)
-        message = data["message"]
-        if isinstance(message, dict) and message.get("role") not in (None, "ROLE_AGENT"):
-            raise InvalidPayload("message.role", "a worker adds agent messages (ROLE_AGENT)")
-        if isinstance(message, dict):
-            message = {**message, "role": "ROLE_AGENT"}
-        task = services.task_append_message(task_id=task.pk, message=message)
-        return Response(wire.task_json(task, history=list(task.messages.all())))
+        task = services.task_add_agent_message(task_id=task.pk, message=data["message"])
+        return Response(wire.task_json(task, history=selectors.task_history(task, None)))

@@ -744,3 +744,33 @@ def test_wrong_media_type_and_method_are_refused(client, external_agent, worker)
     assert response.status_code == 405
     assert error(response)["code"] == "method_not_allowed"
     assert snapshot(task) == before
+
+
+# --- the rules behind the views: services any interface calls ---------------------------------
+
+
+def test_dispatch_claim_next_refuses_a_built_in_executor_whatever_the_caller(agent):
+    from tasks.dispatch import dispatch_claim_next
+    from tasks.errors import NotExternalExecutor
+
+    task = new_task(agent)
+    before = snapshot(task)
+    with pytest.raises(NotExternalExecutor) as refused:
+        dispatch_claim_next(agent=agent, worker="w")
+    assert refused.value.executor == agent.executor
+    assert snapshot(task) == before
+
+
+def test_task_add_agent_message_refuses_a_user_role_and_fills_an_omitted_one(external_agent):
+    from tasks.errors import InvalidPayload
+
+    task = new_task(external_agent)
+    before = snapshot(task)
+    with pytest.raises(InvalidPayload) as refused:
+        services.task_add_agent_message(task_id=task.pk, message=user_message("hi"))
+    assert refused.value.field == "message.role"
+    assert snapshot(task) == before
+
+    message = {"messageId": "m-1", "parts": [{"text": "from the agent"}]}
+    services.task_add_agent_message(task_id=task.pk, message=message)
+    assert Message.objects.get(task=task, message_id="m-1").role == "ROLE_AGENT"

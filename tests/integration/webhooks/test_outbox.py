@@ -4,8 +4,9 @@ Services only (no protocol app, no worker, no HTTP): `delivery_claim_head` / `de
 get a TransportResult built by hand, which is all the delivery policy ever sees of a send.
 Time is moved with time_machine; DNS answers a public address for the test host names.
 
-Every test runs twice: through the PostgreSQL statements production runs and through the
-ORM statements of the embedded database (webhooks/outbox_store.py), so both keep one policy.
+Every test runs twice, the store picked by `settings.A2A_STORE`: through the PostgreSQL
+statements production runs and through the ORM statements of the embedded database
+(webhooks/outbox_store.py), so both keep one policy.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
-from webhooks import delivery as delivery_module
 from webhooks import outbox_store
-from webhooks import services as webhook_services
 from webhooks.delivery import (
     delivery_claim_batch,
     delivery_claim_head,
@@ -62,11 +61,11 @@ def agent(db):
     return AgentFactory(executor="external")
 
 
-@pytest.fixture(params=["postgres", "portable"])
-def outbox(request, monkeypatch):
-    chosen = {"postgres": outbox_store.PostgresStore, "portable": outbox_store.PortableStore}
-    monkeypatch.setattr(delivery_module, "store", chosen[request.param])
-    monkeypatch.setattr(webhook_services, "store", chosen[request.param])
+@pytest.fixture(params=["postgres", "orm"])
+def outbox(request, settings):
+    settings.A2A_STORE = request.param
+    expected = {"postgres": outbox_store.PgOutboxStore, "orm": outbox_store.OrmOutboxStore}
+    assert isinstance(outbox_store.get_outbox_store(), expected[request.param])
     return request.param
 
 
