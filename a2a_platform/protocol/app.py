@@ -35,6 +35,7 @@ from a2a_platform.protocol.context import (
 from a2a_platform.protocol.errors import (
     INTERNAL,
     INVALID_REQUEST,
+    METHOD_NOT_ALLOWED,
     METHOD_NOT_FOUND,
     ProtocolError,
     from_domain,
@@ -97,6 +98,8 @@ async def handle(route: Route, scope, receive, send) -> None:
         # a webhook JWT's issuer) must not be the client's choice.
         refusal = ProtocolError(INVALID_REQUEST, "the request's Host is not in ALLOWED_HOSTS")
         response = _rest_error(refusal, legacy=route.legacy)
+    elif not route.method_allowed:
+        response = _method_not_allowed(request, route)
     elif route.name == "jsonrpc":
         response = await _jsonrpc(request, route)
     elif route.name == "card":
@@ -106,6 +109,22 @@ async def handle(route: Route, scope, receive, send) -> None:
     else:
         response = await _rest(request, route)
     await response(scope, receive, send)
+
+
+def _method_not_allowed(request: Request, route: Route) -> Response:
+    """405 with Allow, saying what the URL is for (a GET on a JSON-RPC URL, a DELETE on a
+    task, ...)."""
+    allow = ", ".join(sorted(route.allowed))
+    if route.name == "jsonrpc":
+        card = request.url.path.rstrip("/") + "/.well-known/agent-card.json"
+        message = (
+            f"this is a JSON-RPC 2.0 endpoint: POST a request to it (the agent card is at {card})"
+        )
+    else:
+        message = f"{request.method} is not allowed here; this URL takes {allow}"
+    response = _rest_error(ProtocolError(METHOD_NOT_ALLOWED, message), legacy=route.legacy)
+    response.headers["Allow"] = allow
+    return response
 
 
 # --- Agent card ----------------------------------------------------------------------------
@@ -209,7 +228,11 @@ def _http_status(error: ProtocolError) -> int:
 
 async def _jsonrpc(request: Request, route: Route) -> Response:
     try:
-        header_version = V03 if route.legacy else _requested_version(request)
+        header_version = _requested_version(request)
+        if route.legacy and header_version != V1:
+            # The v0.3 URL speaks 0.3 unless the client asks for 1.0 (§3.6.2: a server
+            # processes a request with the semantics of the version it names).
+            header_version = V03
         payload = parse_json(await read_body(request))
     except ProtocolError as exc:
         return Response(
@@ -288,12 +311,16 @@ async def _rpc_one(
         err = ProtocolError(INVALID_REQUEST, "id must be a string, a number or null")
         return _rpc_response(None, error=err), 200
     version = header_version or V1
+    # JSON-RPC 2.0 §4.1 and §5: only a valid Request without an id is a notification; one
+    # that is not a valid Request is answered with an error whose id is null.
+    if item.get("jsonrpc") != "2.0":
+        err = ProtocolError(INVALID_REQUEST, 'jsonrpc must be "2.0"')
+        return _rpc_response(None if is_notification else id_, error=err), 200
+    method = item.get("method")
+    if not isinstance(method, str) or not method:
+        err = ProtocolError(INVALID_REQUEST, "method must be a non-empty string")
+        return _rpc_response(None if is_notification else id_, error=err), 200
     try:
-        if item.get("jsonrpc") != "2.0":
-            raise ProtocolError(INVALID_REQUEST, 'jsonrpc must be "2.0"')
-        method = item.get("method")
-        if not isinstance(method, str) or not method:
-            raise ProtocolError(INVALID_REQUEST, "method must be a non-empty string")
         params = item.get("params", {})
         if params is not None and not isinstance(params, dict):
             raise invalid_params("params", "must be an object")
@@ -381,11 +408,6 @@ def _query_params(request: Request) -> dict[str, Any]:
 
 
 async def _rest(request: Request, route: Route) -> Response:
-    if not route.method_allowed:
-        err = ProtocolError(METHOD_NOT_FOUND, f"{request.method} is not allowed here")
-        resp = _rest_error(err, legacy=route.legacy)
-        resp.status_code = 405
-        return resp
     try:
         version = V03 if route.legacy else (_requested_version(request) or V1)
         if version == V03 and not route.legacy:

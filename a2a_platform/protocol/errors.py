@@ -69,6 +69,11 @@ INVALID_REQUEST = Kind("INVALID_REQUEST", -32600, 400, "INVALID_ARGUMENT", "Inva
 METHOD_NOT_FOUND = Kind("METHOD_NOT_FOUND", -32601, 404, "NOT_FOUND", "Method not found")
 INVALID_PARAMS = Kind("INVALID_PARAMS", -32602, 400, "INVALID_ARGUMENT", "Invalid parameters")
 INTERNAL = Kind("INTERNAL", -32603, 500, "INTERNAL", "Internal error")
+# An HTTP method the route does not take (HTTP+JSON, or a GET on a JSON-RPC URL): 405 with
+# Allow; gRPC's UNIMPLEMENTED ("not supported by this server") is the nearest status.
+METHOD_NOT_ALLOWED = Kind(
+    "METHOD_NOT_ALLOWED", -32601, 405, "UNIMPLEMENTED", "Method not allowed", PLATFORM_DOMAIN
+)
 # Outside the spec's table (docs/decisions.md): implementation-defined server errors.
 UNAUTHENTICATED = Kind(
     "UNAUTHENTICATED", -32000, 401, "UNAUTHENTICATED", "Authentication required", PLATFORM_DOMAIN

@@ -101,6 +101,7 @@ class Route:
     legacy: bool  # a v0.3 URL
     params: dict[str, str] = field(default_factory=dict)
     method_allowed: bool = True
+    allowed: frozenset[str] = frozenset()  # the methods the path takes, when this one is not
 
 
 def _match(method: str, rest: str, tenant: str | None) -> Route | None:
@@ -112,7 +113,9 @@ def _match(method: str, rest: str, tenant: str | None) -> Route | None:
                 continue
             if method in methods:
                 return Route(name, tenant, legacy, m.groupdict())
-            wrong_method = wrong_method or Route(name, tenant, legacy, m.groupdict(), False)
+            wrong_method = wrong_method or Route(
+                name, tenant, legacy, m.groupdict(), False, methods
+            )
     return wrong_method
 
 

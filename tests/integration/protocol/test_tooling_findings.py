@@ -1,0 +1,79 @@
+"""What the official tooling (the A2A conformance suite, the SDK client) and a newcomer's
+browser found answered wrongly (issue 18): an invalid JSON-RPC request without an id, the
+v0.3 URL ignoring `A2A-Version: 1.0`, a wrong HTTP method labelled "not found", and a GET on
+a JSON-RPC URL told its body is empty."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.factories import AgentFactory, user_message
+
+
+@pytest.fixture
+def agent(db):
+    return AgentFactory(slug="ops", is_default=True, executor="external")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"jsonrpc": "aaa", "method": "SendMessage", "params": {}},  # the suite's case
+        {"jsonrpc": "2.0", "params": {}},  # no method
+        {"jsonrpc": "2.0", "method": 7},
+    ],
+)
+def test_an_invalid_request_without_an_id_is_answered_with_id_null(wire, agent, body):
+    """JSON-RPC 2.0 §4.1/§5: only a valid Request without an id is a notification."""
+    resp = wire.request("POST", "/", json=body, headers={"A2A-Version": "1.0"})
+    assert resp.status_code == 200
+    answer = resp.json()
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32600
+
+
+def test_a_valid_notification_still_gets_no_answer(wire, agent):
+    body = {"jsonrpc": "2.0", "method": "NoSuchMethod", "params": {}}
+    resp = wire.request("POST", "/", json=body, headers={"A2A-Version": "1.0"})
+    assert (resp.status_code, resp.content) == (204, b"")
+
+
+def test_the_v03_url_serves_1_0_when_the_header_asks_for_it(wire, agent):
+    params = {"message": user_message("to the v0.3 URL"), "configuration": {}}
+    params["configuration"]["returnImmediately"] = True
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+
+    as_v1 = wire.request("POST", "/ops/v0.3", json=body, headers={"A2A-Version": "1.0"}).json()
+    assert as_v1["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+
+    # Without the header the URL speaks 0.3, whose method names differ.
+    as_v03 = wire.request("POST", "/ops/v0.3", json=body).json()
+    assert as_v03["error"]["code"] == -32601
+
+
+def test_a_wrong_http_method_is_405_with_allow_not_a_404_body(wire, agent):
+    resp = wire.request("DELETE", f"/ops/tasks/{uuid.uuid4()}", headers={"A2A-Version": "1.0"})
+    assert resp.status_code == 405
+    assert resp.headers["Allow"] == "GET"
+    error = resp.json()["error"]
+    assert (error["code"], error["status"]) == (405, "UNIMPLEMENTED")
+    assert "DELETE is not allowed here; this URL takes GET" in error["message"]
+
+
+def test_a_get_on_a_json_rpc_url_says_what_the_url_is_for(wire, agent):
+    resp = wire.request("GET", "/ops")
+    assert resp.status_code == 405
+    assert resp.headers["Allow"] == "POST"
+    message = resp.json()["error"]["message"]
+    assert "JSON-RPC 2.0 endpoint: POST a request" in message
+    assert "/ops/.well-known/agent-card.json" in message
+    assert "empty" not in message
+
+
+def test_a_get_on_the_root_is_the_landing_page_not_json_rpc(wire, agent):
+    resp = wire.request("GET", "/")
+    assert resp.status_code == 200
+    assert "text/html" in resp.headers["content-type"]
+    assert 'href="/ops/.well-known/agent-card.json"' in resp.text
