@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,9 +50,39 @@ def parse_proto(data: Any, proto_cls: type[ProtoMessage], field: str) -> ProtoMe
     try:
         return parse_dict(data, proto_cls)
     except json_format.ParseError as exc:
-        raise InvalidPayload(field, str(exc).splitlines()[0][:300]) from None
+        text = str(exc).splitlines()[0]
+        path = ".".join([field, *_FIELD_STEP.findall(text)])
+        raise InvalidPayload(path, describe_parse_error(text)) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise InvalidPayload(field, f"invalid value: {exc}"[:300]) from None
+
+
+_FIELD_STEP = re.compile(r"Failed to parse (\w+) field: ")
+_BAD_ENUM = re.compile(r"Invalid enum value (.+?) for enum type (?:[\w]+\.)*(\w+)")
+_BAD_TYPE = re.compile(r"expected (string|bytes-like object|[\w ]+?)(?: or [\w -]+)?, got '(\w+)'")
+_JSON_TYPES = {"str": "a string", "int": "a number", "float": "a number", "bool": "a boolean"}
+_JSON_TYPES |= {"list": "an array", "dict": "an object", "NoneType": "null"}
+
+
+def describe_parse_error(text: str) -> str:
+    """protobuf's parse error in words a client developer can act on: `Failed to parse role
+    field: Invalid enum value user for enum type lf.a2a.v1.Role at Message.role.` becomes
+    "'user' is not a Role: use one of ROLE_USER, ROLE_AGENT"."""
+    detail = _FIELD_STEP.sub("", text).split(" at ", 1)[0].rstrip(".")
+    enum = _BAD_ENUM.search(detail)
+    if enum:
+        value, name = enum.group(1), enum.group(2)
+        known = a2a_pb2.DESCRIPTOR.enum_types_by_name.get(name)
+        choices = [v.name for v in known.values if v.number] if known else []
+        hint = f": use one of {', '.join(choices)}" if choices else ""
+        return f"{value!r} is not a {name}{hint}"
+    wrong = _BAD_TYPE.search(detail)
+    if wrong:
+        got = _JSON_TYPES.get(wrong.group(2), wrong.group(2))
+        return f"must be a string, not {got}" if "string" in wrong.group(1) else detail
+    if detail.startswith("repeated field "):
+        return "must be an array"
+    return detail.replace("lf.a2a.v1.", "")[:300]
 
 
 MAX_ID_LENGTH = 255

@@ -45,7 +45,7 @@ def parse_request(params: Any, proto_cls: type) -> Any:
         return wire.parse_dict(params, proto_cls)
     except json_format.ParseError as exc:
         text = str(exc).splitlines()[0]
-        raise invalid_params(_error_path(text), text[:300]) from None
+        raise invalid_params(_error_path(text), wire.describe_parse_error(text)) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise invalid_params("params", f"invalid value: {exc}"[:300]) from None
 
@@ -54,8 +54,10 @@ def _error_path(parse_error: str) -> str:
     """`... at SendMessageRequest.message.role.` -> `message.role` (the offending field)."""
     _, sep, where = parse_error.rpartition(" at ")
     path = where.rstrip(".").split(".", 1)
+    repeated = re.search(r"repeated field (\w+) must be", parse_error)
     if sep and len(path) == 2 and path[1]:
-        return path[1]
+        # "repeated field parts must be in [] ... at X.message." names the field only there.
+        return f"{path[1]}.{repeated.group(1)}" if repeated else path[1]
     chain = re.findall(r"Failed to parse (\w+) field", parse_error)
     return ".".join(chain) or "params"
 

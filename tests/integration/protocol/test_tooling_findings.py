@@ -77,3 +77,27 @@ def test_a_get_on_the_root_is_the_landing_page_not_json_rpc(wire, agent):
     assert resp.status_code == 200
     assert "text/html" in resp.headers["content-type"]
     assert 'href="/ops/.well-known/agent-card.json"' in resp.text
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "says"),
+    [
+        # The v0.3 habit: the enum's 1.0 names are listed.
+        (
+            {"role": "user"},
+            "message.role",
+            "'user' is not a Role: use one of ROLE_USER, ROLE_AGENT",
+        ),
+        ({"messageId": 123}, "message.messageId", "must be a string, not a number"),
+        ({"parts": [{"text": 5}]}, "message.parts.text", "must be a string, not a number"),
+        ({"parts": "hello"}, "message.parts", "must be an array"),
+    ],
+)
+def test_a_wire_format_error_names_the_field_and_what_to_send(wire, agent, message, field, says):
+    params = {"message": {**user_message("hi"), **message}}
+    error = wire.rpc("SendMessage", params, headers={"A2A-Version": "1.0"})["error"]
+    assert error["code"] == -32602
+    [violation] = next(d for d in error["data"] if "fieldViolations" in d)["fieldViolations"]
+    assert violation == {"field": field, "description": says}
+    for internal in ("lf.a2a.v1", "bytes-like", "Failed to parse", "'int'"):
+        assert internal not in error["message"] + violation["description"]
