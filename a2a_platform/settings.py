@@ -186,6 +186,7 @@ A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
 A2A_SWEEP_INTERVAL_SECONDS = env.int("A2A_SWEEP_INTERVAL_SECONDS", default=10)
 # Event hub: how often the SQLite fallback polls for new events.
 A2A_EVENT_HUB_POLL_SECONDS = env.float("A2A_EVENT_HUB_POLL_SECONDS", default=0.2)
+# A message (or artifact) with more parts than this is refused (InvalidParams).
 A2A_MAX_PARTS_PER_MESSAGE = env.int("A2A_MAX_PARTS_PER_MESSAGE", default=100)
 
 LOGGING = {

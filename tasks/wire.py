@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from a2a.types import a2a_pb2
+from django.conf import settings
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
@@ -113,6 +114,10 @@ def _check_lengths(field: str, **values: str) -> None:
 def _check_parts(parts: Any, field: str) -> None:
     if not parts:
         raise InvalidPayload(field, "at least one part is required")
+    if len(parts) > settings.A2A_MAX_PARTS_PER_MESSAGE:
+        raise InvalidPayload(
+            field, f"at most {settings.A2A_MAX_PARTS_PER_MESSAGE} parts (A2A_MAX_PARTS_PER_MESSAGE)"
+        )
     for i, part in enumerate(parts):
         if part.WhichOneof("content") is None:
             raise InvalidPayload(f"{field}[{i}]", "a part needs one of text, raw, url or data")

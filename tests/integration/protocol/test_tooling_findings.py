@@ -101,3 +101,24 @@ def test_a_wire_format_error_names_the_field_and_what_to_send(wire, agent, messa
     assert violation == {"field": field, "description": says}
     for internal in ("lf.a2a.v1", "bytes-like", "Failed to parse", "'int'"):
         assert internal not in error["message"] + violation["description"]
+
+
+def test_a_message_over_the_part_limit_is_refused_and_nothing_is_created(wire, agent, settings):
+    from tasks.models import Task
+
+    settings.A2A_MAX_PARTS_PER_MESSAGE = 3
+    at_limit = user_message("x", parts=[{"text": str(i)} for i in range(3)])
+    over = user_message("x", parts=[{"text": str(i)} for i in range(4)])
+    params = {"configuration": {"returnImmediately": True}}
+
+    ok = wire.rpc("SendMessage", {"message": at_limit, **params}, headers={"A2A-Version": "1.0"})
+    assert "result" in ok, ok
+    refused = wire.rpc("SendMessage", {"message": over, **params}, headers={"A2A-Version": "1.0"})
+
+    assert refused["error"]["code"] == -32602
+    [violation] = next(d for d in refused["error"]["data"] if "fieldViolations" in d)[
+        "fieldViolations"
+    ]
+    assert violation["field"] == "message.parts"
+    assert "at most 3 parts" in violation["description"]
+    assert Task.objects.count() == 1  # only the message at the limit opened a task
