@@ -105,7 +105,11 @@ def _media_match(accepted: str, offered: str) -> bool:
 
 def _check_output_modes(ctx: Ctx, accepted: list[str]) -> None:
     offered = ctx.agent.default_output_modes or ["text/plain"]
-    if accepted and not any(_media_match(a, o) for a in accepted for o in offered):
+    # Either side may be a range: an agent offering */* (the demo echoes what it is sent)
+    # produces whatever the client accepts.
+    if accepted and not any(
+        _media_match(a, o) or _media_match(o, a) for a in accepted for o in offered
+    ):
         raise ProtocolError(
             CONTENT_TYPE_NOT_SUPPORTED,
             "none of acceptedOutputModes is produced by this agent",

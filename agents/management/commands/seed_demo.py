@@ -38,6 +38,9 @@ class Command(BaseCommand):
                 executor="scripted",
                 is_default=not Agent.objects.filter(is_default=True).exists(),
                 skills=DEMO_SKILLS,
+                # It echoes back whatever parts it is sent (docs/executors.md).
+                default_input_modes=["*/*"],
+                default_output_modes=["*/*"],
                 provider_organization="A2A Platform",
                 provider_url="https://example.org/a2a-platform",
             )

@@ -122,3 +122,22 @@ def test_a_message_over_the_part_limit_is_refused_and_nothing_is_created(wire, a
     assert violation["field"] == "message.parts"
     assert "at most 3 parts" in violation["description"]
     assert Task.objects.count() == 1  # only the message at the limit opened a task
+
+
+def test_the_demo_agent_echoes_any_media_type(wire, transactional_db):
+    """seed_demo's agent declares */* both ways, so a file or data part is echoed, not -32005,
+    and a client accepting only JSON output is served."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    call_command("seed_demo", stdout=StringIO())
+    card = wire.request("GET", "/demo/.well-known/agent-card.json").json()
+    assert card["defaultInputModes"] == card["defaultOutputModes"] == ["*/*"]
+    message = user_message("x", parts=[{"raw": "iVBORw0KGgo=", "mediaType": "image/png"}])
+    params = {
+        "message": message,
+        "configuration": {"returnImmediately": True, "acceptedOutputModes": ["application/json"]},
+    }
+    answer = wire.rpc("SendMessage", params, path="/demo", headers={"A2A-Version": "1.0"})
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED", answer
