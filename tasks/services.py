@@ -33,7 +33,7 @@ from tasks.models import (
 )
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
-from tasks.task_store import store
+from tasks.task_store import get_task_store
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ MessageInput = a2a_pb2.Message | dict[str, Any]
 def lock_task(task_id: object) -> Task:
     """The task row (with its agent), locked FOR UPDATE until the surrounding transaction
     ends. TaskNotFound for an unknown or malformed id."""
-    task = store().lock(_task_pk(task_id))
+    task = get_task_store().lock(_task_pk(task_id))
     if task is None:
         raise TaskNotFound(task_id)
     return task
@@ -71,7 +71,7 @@ def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
     event = TaskEvent(
         task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
     )
-    store().append_event(task, event)
+    get_task_store().append_event(task, event)
     run_event_hooks(task, event)
     return event
 
@@ -165,7 +165,7 @@ def _open_task(
         created_at=now,
     )
     dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
-    store().open_task(task, first, event, dispatch)
+    get_task_store().open_task(task, first, event, dispatch)
     dispatch_announce_new(dispatch)
     return task, first
 
@@ -250,7 +250,7 @@ def task_add_artifact(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        existing = store().artifact(task, art.artifact_id)
+        existing = get_task_store().artifact(task, art.artifact_id)
         if append and existing is not None:
             if existing.complete:
                 raise InvalidPayload("artifact", "its last chunk was already added")
@@ -266,7 +266,7 @@ def task_add_artifact(
             existing.extensions = list(art.extensions)
             existing.complete = last_chunk
             existing.chunks = 1
-        store().save_artifact(existing)
+        get_task_store().save_artifact(existing)
         _append_event(
             task,
             EventKind.ARTIFACT,
@@ -381,7 +381,7 @@ def task_send(
                 request_hash=request_hash,
                 task_id=task_pk,
             )
-            if not store().claim_receipt(receipt):
+            if not get_task_store().claim_receipt(receipt):
                 return _replay(agent, owner, msg.message_id, request_hash)
         if msg.task_id:
             task = task_append_message(task_id=task_pk, message=msg)

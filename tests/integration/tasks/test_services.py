@@ -17,11 +17,12 @@ from tests.factories import user_message
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True, params=["postgres", "portable"])
-def store(request, monkeypatch):
-    chosen = {"postgres": task_store.PostgresStore, "portable": task_store.PortableStore}
-    monkeypatch.setattr(services, "store", chosen[request.param])
-    monkeypatch.setattr(selectors, "store", chosen[request.param])
+@pytest.fixture(autouse=True, params=["postgres", "orm"])
+def store(request, settings):
+    """Every caller of the task store follows the switch (tasks.task_store.get_task_store)."""
+    settings.A2A_STORE = request.param
+    expected = {"postgres": task_store.PgTaskStore, "orm": task_store.OrmTaskStore}
+    assert type(task_store.get_task_store()) is expected[request.param]
     return request.param
 
 
