@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webhooks.delivery import due_configs
 from webhooks.pump import run_pump
+from webhooks.selectors import due_configs
 from webhooks.wake import DELIVER_JOB, wake
 
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from webhooks import heads, wake
 from webhooks.delivery import (
-    Claim,
+    DeliveryClaim,
     delivery_claim_batch,
     delivery_record_many,
     relaxed_commits,
@@ -89,7 +89,7 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
     activity, nudged, token = signals.activity, signals.nudged, signals.token
     window = settings.A2A_WEBHOOK_PUMP_WINDOW
     deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
-    in_flight: dict[Future[TransportResult], Claim] = {}
+    in_flight: dict[Future[TransportResult], DeliveryClaim] = {}
 
     # How many to claim next: a full window when nothing is in flight; else about as many as
     # just finished (what their endpoints can take again) plus a few, so a saturated endpoint's
@@ -114,8 +114,9 @@ def _pump(signals: _Signals, *, linger: float) -> PumpRun:
             return 0
         last_claim = time.monotonic()
         run.claims += 1
-        claims = delivery_claim_batch(limit=room)
-        more_due = not claims.exhausted
+        batch = delivery_claim_batch(limit=room)
+        claims = batch.claims
+        more_due = not batch.exhausted
         requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in claims]
         sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
         for claim, future in zip(claims, sends, strict=True):

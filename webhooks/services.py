@@ -22,11 +22,12 @@ from django.utils import timezone
 
 from a2a_platform.lib.crypto import decrypt, encrypt
 from tasks import wire
-from tasks.errors import InvalidPayload, TaskNotFound
+from tasks.errors import InvalidPayload
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
 from webhooks.models import (
+    CONFIG_ID,
     OPEN_DELIVERY_STATES,
     Delivery,
     DeliveryState,
@@ -36,6 +37,7 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.outbox_store import get_outbox_store
+from webhooks.selectors import current_binding, current_bindings  # noqa: F401 (protocol's)
 from webhooks.ssrf import UnsafeDestination, check_url
 from webhooks.wake import wake_on_commit
 
@@ -43,9 +45,6 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
 # non-ASCII character would make every delivery of the config fail to be sent).
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
-# A config id is a path segment of the REST binding and part of the X-A2A-Binding-Version
-# header: URL-unreserved characters only, and not "." or "..", which clients resolve away.
-_CONFIG_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,255}")
 
 
 def body_bytes(payload: dict[str, Any]) -> str:
@@ -76,7 +75,7 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
     cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
     if not cfg.url:
         raise InvalidPayload("url", "is required")
-    if cfg.id and not _CONFIG_ID.fullmatch(cfg.id):
+    if cfg.id and not CONFIG_ID.fullmatch(cfg.id):
         raise InvalidPayload(
             "id",
             "must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - (and not '.' or '..')",
@@ -178,36 +177,10 @@ def push_config_json(binding: PushBinding) -> dict[str, Any]:
     return out
 
 
-def current_bindings(task: Task) -> list[PushBinding]:
-    return list(
-        PushBinding.objects.select_related("config")
-        .filter(config__task=task, config__deleted_at__isnull=True, retired_at__isnull=True)
-        .order_by("config_id")
-    )
-
-
-def current_binding(task: Task, config_id: str) -> PushBinding:
-    if not _CONFIG_ID.fullmatch(config_id):  # never stored (a NUL would not even reach SQL)
-        raise TaskNotFound(task.pk)
-    binding = (
-        PushBinding.objects.select_related("config")
-        .filter(
-            config__task=task,
-            config__config_id=config_id,
-            config__deleted_at__isnull=True,
-            retired_at__isnull=True,
-        )
-        .first()
-    )
-    if binding is None:
-        raise TaskNotFound(task.pk)  # the spec has no "config not found" error (§3.1.8)
-    return binding
-
-
 def push_config_delete(*, task: Task, config_id: str) -> None:
     """Delete a config: it takes no new deliveries and what it still owes is canceled.
     Idempotent: deleting an unknown or deleted config succeeds."""
-    if not _CONFIG_ID.fullmatch(config_id):  # never stored
+    if not CONFIG_ID.fullmatch(config_id):  # never stored
         return
     now = timezone.now()
     with transaction.atomic():
@@ -276,3 +249,32 @@ def alert_resolve(*, alert_pk: int, actor: str) -> None:
             resolved_at=timezone.now()
         )
         OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
+
+
+def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
+    """Re-open dead-lettered or delivered deliveries (same event id) and audit it."""
+    now = timezone.now()
+    replayable = Delivery.objects.filter(
+        pk__in=delivery_pks,
+        state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED],
+        # A deleted config's client asked to stop: nothing of it is sent again.
+        config__deleted_at__isnull=True,
+    )
+    with transaction.atomic():
+        config_pks = heads.lock(replayable.values_list("config_id", flat=True))
+        rows = list(
+            replayable.filter(config_id__in=config_pks)
+            .select_for_update(of=("self",))
+            .values_list("pk", "event_id")
+        )
+        # A replay starts a fresh retry schedule (the same event id, so receivers dedupe).
+        Delivery.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+            state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None, attempts=0
+        )
+        heads.refresh(config_pks)
+        OperatorAction.record(
+            actor, "replay_deliveries", {"deliveries": [str(event_id) for _, event_id in rows]}
+        )
+        if rows:
+            wake_on_commit()
+    return len(rows)

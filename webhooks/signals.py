@@ -20,7 +20,7 @@ def register_worker(app, hostname: str) -> None:
     """Re-enqueue what is due for the queues this worker consumes, then record it for the
     readiness gate (a delivery worker counts only once its backlog was re-enqueued)."""
     from agents.readiness import worker_started
-    from webhooks.delivery import due_configs
+    from webhooks.selectors import due_configs
     from webhooks.wake import wake
 
     queues = sorted(app.amqp.queues.consume_from or [])

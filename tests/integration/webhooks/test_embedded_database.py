@@ -37,7 +37,7 @@ push_config_create(
     task=task,
     config={"id": "c", "url": "http://127.0.0.1:9/hook", "authentication": {"scheme": "Bearer"}},
 )
-claims = delivery_claim_batch(limit=10)
+claims = delivery_claim_batch(limit=10).claims
 ok = TransportResult(200, {}, "", 1.0, None, None)
 outcomes = delivery_record_many([(claim, ok) for claim in claims])
 print(json.dumps({
@@ -51,7 +51,7 @@ print(json.dumps({
     "outcomes": [o.state for o in outcomes],
     "deliveries": list(Delivery.objects.values_list("state", "attempts")),
     "attempts": list(DeliveryAttempt.objects.values_list("number", "status")),
-    "again": len(delivery_claim_batch(limit=10)),
+    "again": len(delivery_claim_batch(limit=10).claims),
 }))
 """
 
