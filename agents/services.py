@@ -36,7 +36,10 @@ def agent_create(
     is_default: bool = False,
     **fields: Any,
 ) -> Agent:
-    """Create an agent (a tenant). `is_default` moves the origin-root role to it."""
+    """Create an agent (a tenant). `is_default` moves the origin-root role to it.
+
+    One outermost transaction (durable: no caller may fold it into its own).
+    """
     validate_slug(slug)
     fields.setdefault("default_input_modes", ["text/plain"])
     fields.setdefault("default_output_modes", ["text/plain"])
@@ -56,7 +59,7 @@ def agent_create(
     except ValidationError as exc:
         problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
         raise AgentError(problems) from None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if is_default:
             Agent.objects.filter(is_default=True).update(is_default=False)
         agent.save()
@@ -86,7 +89,11 @@ def api_key_create(*, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT) ->
 
 
 def api_key_revoke(*, key_id: object) -> ApiKey:
-    with transaction.atomic():
+    """Revoke a key (idempotent): refused everywhere within A2A_API_KEY_CACHE_SECONDS.
+
+    Outermost (durable): the admin action calls it once per key, each its own transaction.
+    """
+    with transaction.atomic(durable=True):
         key = ApiKey.objects.select_for_update().get(pk=key_id)
         if key.revoked_at is None:
             key.revoked_at = timezone.now()
@@ -115,7 +122,10 @@ def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
 
 
 def agent_save(*, agent: Agent) -> Agent:
-    """Save an agent edited in the admin: reserved slugs refused, one default at a time."""
+    """Save an agent edited in the admin: reserved slugs refused, one default at a time.
+
+    Not durable: the admin's change form runs it inside its own transaction.
+    """
     validate_slug(agent.slug)
     with transaction.atomic():
         if agent.is_default:

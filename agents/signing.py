@@ -3,7 +3,9 @@
 Lifecycle: `active` (signs; one per agent) → `retiring` (after a rotation: still signs and
 stays in the JWKS, so receivers that only know it keep verifying — DESIGN.md invariant 3,
 drain) → `retired` (gone from signatures and the JWKS). Writes lock the agent row, so two
-rotations of one agent serialize; the partial unique constraint backs that up.
+rotations of one agent serialize; the partial unique constraint backs that up. Create, rotate
+and retire are outermost transactions (durable); `ensure_signing_key` is not (the delivery
+claim calls it inside its own).
 
 The private key is stored as `a2a_platform.lib.crypto.encrypt(base64url(raw 32 bytes))`; it is
 decrypted only by `private_key()`, for signing, and never logged or returned on read.
@@ -72,7 +74,7 @@ def signing_key_create(*, agent: Agent) -> SigningKey:
     Refuses when the agent already has an active key: replacing it is a rotation
     (`signing_key_rotate`), which keeps the old key signing until it is retired.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         _lock_agent(agent)
         if _active_key(agent) is not None:
             raise SigningKeyError(
@@ -90,7 +92,7 @@ def signing_key_rotate(*, agent: Agent) -> SigningKey:
     JWKS until `signing_key_retire`. With no active key, this just creates one.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         _lock_agent(agent)
         previous = _active_key(agent)
         if previous is not None:
@@ -117,7 +119,7 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
     rotate first, then retire the key that became `retiring`.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         key = SigningKey.objects.select_for_update().get(pk=key_id)
         if key.state == SigningKeyState.RETIRED:
             return key

@@ -3,7 +3,9 @@
 Each public function is ONE transaction: it locks the task row, validates the change against
 the pure state machine, writes the task, appends its TaskEvent (gap-free `seq`), runs the
 in-transaction event hooks (the webhook outbox) and queues one NOTIFY per task for commit.
-Jobs are enqueued only after commit.
+Jobs are enqueued only after commit. The outermost ones, `task_send` and `task_cancel`, are
+durable (a caller's transaction around them raises); the others are also called inside
+executors' and other services' transactions, whose commit then carries their NOTIFY and jobs.
 """
 
 from __future__ import annotations
@@ -315,8 +317,10 @@ def task_cancel(*, task_id: object, reason: str | None = None) -> Task:
     """Cancel a task (best effort for the executor, final for the store).
 
     A terminal task raises IllegalTransition with `.terminal` (TaskNotCancelable on the wire).
+    Outermost (durable): a client's or operator's cancel is never folded into another write.
     """
-    return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)
+    with transaction.atomic(durable=True):
+        return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)
 
 
 @dataclass(frozen=True)
@@ -360,13 +364,14 @@ def task_send(
     the same id with a different hash raises InvalidPayload. No lookup precedes the claim:
     retries are rare, sends are not. `within(result)` runs inside the transaction after the
     write (not on a replay): the caller's writes that must commit or fail with it
-    (SendMessage's inline push config), without a transaction around this one.
+    (SendMessage's inline push config), without a transaction around this one (durable: an
+    outer transaction raises RuntimeError).
     """
     msg = _as_message(message)
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     first = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if msg.task_id:
             task_pk = _uuid_or_none(msg.task_id)
             if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
