@@ -41,7 +41,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from a2a_platform.protocol.routes import METHODS, STREAMING_OPERATIONS, Route, resolve
-from agents.cards import EmptyCardValue
+from agents.card_signing import EmptyCardValue
 from agents.readiness import RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -176,8 +176,8 @@ _cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
     """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
-    from agents.card import agent_base_url
-    from agents.cards import card_version_record, sign_card
+    from agents.card_render import agent_base_url
+    from agents.card_signing import card_version_record, sign_card
 
     jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
     card = sign_card(

@@ -28,7 +28,7 @@ from jwt.api_jwk import PyJWK
 from a2a_platform.protocol import app as protocol_app
 from a2a_platform.protocol import common
 from agents import readiness
-from agents.cards import EmptyCardValue, sign_card
+from agents.card_signing import EmptyCardValue, sign_card
 from agents.models import AuthMode, CardVersion, WorkerHeartbeat
 from agents.signing import b64url_decode, b64url_encode, ensure_signing_key, jwks
 from tasks.models import Task
