@@ -21,11 +21,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.lib.crypto import decrypt, encrypt
+from a2a_platform.lib.on_commit import send_job
+from agents import readiness
 from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
+from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
@@ -37,9 +40,13 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.outbox_store import get_outbox_store
-from webhooks.selectors import current_binding, current_bindings  # noqa: F401 (protocol's)
+from webhooks.selectors import (  # noqa: F401 (current_binding(s): the protocol's)
+    current_binding,
+    current_bindings,
+    due_configs,
+)
 from webhooks.ssrf import UnsafeDestination, check_url
-from webhooks.wake import wake_on_commit
+from webhooks.wake import wake, wake_on_commit
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
@@ -278,3 +285,45 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
         if rows:
             wake_on_commit()
     return len(rows)
+
+
+# The tasks app's dispatch sweeper (tasks.job_names.SWEEP_DISPATCHES_JOB).
+_SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"
+
+
+def delivery_sweep() -> int:
+    """The outbox's safety net, run by the beat sweeper: vacuum the queue tables when they
+    need it (webhooks/maintenance.py), repair configs whose head time went missing
+    (webhooks/heads.py), and wake a pump when a head is due (lost wake-ups, dead workers,
+    retries whose hint was lost with its worker; no message when a pump is claiming anyway).
+    Returns how many configs were found due (at most one is looked for)."""
+    vacuum_queue_tables()
+    heads.repair()
+    due = len(due_configs(limit=1))
+    if due:
+        wake()
+    return due
+
+
+def worker_register(*, hostname: str, queues: list[str]) -> None:
+    """Re-enqueue what is due for the queues this worker consumes, then record it for the
+    readiness gate (a delivery worker counts only once its backlog was re-enqueued: retries a
+    dead worker held in memory are lost with it, the database still knows them)."""
+    reenqueued = True
+    if "webhooks" in queues and due_configs(limit=1):
+        # A flag left by a pump that died with a previous worker must not hold this one back.
+        reenqueued = wake(force=True) and reenqueued
+    if "agents" in queues or "heartbeat" in queues:
+        reenqueued = send_job(_SWEEP_DISPATCHES_JOB, []) and reenqueued
+    readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)
+
+
+def worker_heartbeat(*, hostname: str, queues: list[str]) -> bool:
+    """Write this worker's beat; a worker whose row is missing, or whose start-up backlog
+    re-enqueue failed, registers again (`worker_register`) and beats once more. True when it
+    registered."""
+    if readiness.heartbeat(hostname=hostname):
+        return False
+    worker_register(hostname=hostname, queues=queues)
+    readiness.heartbeat(hostname=hostname)
+    return True
