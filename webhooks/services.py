@@ -23,11 +23,13 @@ from django.utils import timezone
 from a2a_platform.lib.crypto import decrypt, encrypt
 from a2a_platform.lib.on_commit import send_job
 from agents import readiness
+from agents.models import Agent
 from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
+from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
     CONFIG_ID,
@@ -104,6 +106,27 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
     return CheckedConfig(cfg)
 
 
+def push_config_gate(
+    *, agent: Agent, registering: bool = True, readiness_now: readiness.Readiness | None = None
+) -> None:
+    """Refuse a push registration that would not be delivered (DESIGN.md invariant 1): for
+    good when the operator switched the agent's push notifications off (PushNotSupported),
+    with a retry hint while no delivery worker is live (PushDeliveryUnavailable), never
+    accepted and dropped. Reading or deleting a config (`registering=False`) promises no
+    delivery: only the switch applies.
+
+    Call it before `push_config_check` (no DNS lookup for a refused registration). The
+    liveness comes from `readiness_now` when given (an async caller reads it off its ORM
+    threads), else from this process's readiness (cached for A2A_READINESS_CACHE_SECONDS)."""
+    if not agent.push_notifications_enabled:
+        raise PushNotSupported(agent.slug)
+    if not registering:
+        return
+    state = readiness_now or readiness.current()
+    if not state.delivery_live:
+        raise PushDeliveryUnavailable(retry_after=readiness.RETRY_AFTER_SECONDS)
+
+
 def _snapshot_body(task: Task) -> str:
     artifacts = list(task.artifacts.order_by("id"))
     return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
@@ -118,13 +141,17 @@ def push_config_create(
     delivery (a `task` StreamResponse of the task as it is now). Older versions are retired:
     they take no new deliveries, but what they already owe is still delivered through them.
     A dict is checked here first (`push_config_check`, which resolves DNS). Raises
-    InvalidPayload (bad or unsafe URL, too many configs) and TaskNotFound.
+    InvalidPayload (bad or unsafe URL, too many configs), TaskNotFound, and PushNotSupported
+    when the agent's push notifications are off (its switch as the locked task row reads
+    it). Interfaces call `push_config_gate` first, which also refuses while no delivery
+    worker is live.
     """
     checked = config if isinstance(config, CheckedConfig) else push_config_check(config)
     cfg = checked.cfg
     now = timezone.now()
     with transaction.atomic():
         task = lock_task(task.pk)
+        push_config_gate(agent=task.agent, registering=False)
         config_id = cfg.id or str(uuid.uuid4())
         push = PushConfig.objects.select_for_update().filter(task=task, config_id=config_id).first()
         if push is None or push.deleted_at is not None:
