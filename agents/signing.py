@@ -68,6 +68,19 @@ def _active_key(agent: Agent) -> SigningKey | None:
     return SigningKey.objects.filter(agent=agent, state=SigningKeyState.ACTIVE).first()
 
 
+def active_signing_key(agent: Agent) -> SigningKey | None:
+    """The agent's active key, or None (read only: keys are created with their agent,
+    `agent_create`, or by migration 0006 for older agents; never on a read)."""
+    return _active_key(agent)
+
+
+def signing_key_create_for_new_agent(agent: Agent) -> SigningKey:
+    """Inside the transaction that creates `agent`: its first key, active."""
+    key = _new_key(agent)
+    logger.info("signing_key.created", extra={"agent": agent.slug, "kid": key.kid})
+    return key
+
+
 def signing_key_create(*, agent: Agent) -> SigningKey:
     """Create the agent's first signing key, active.
 
@@ -133,7 +146,11 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
 
 
 def ensure_signing_key(agent: Agent) -> SigningKey:
-    """The agent's active key, created if it has none (safe under concurrent callers)."""
+    """The agent's active key, created if it has none (safe under concurrent callers).
+
+    Kept for the delivery claim (webhooks/delivery.py) until it reads `active_signing_key`;
+    agents get their key when they are created, so the protocol's read paths no longer call
+    this."""
     key = _active_key(agent)
     if key is not None:
         return key

@@ -146,20 +146,17 @@ async def _card(request: Request, route: Route) -> Response:
 
 async def _jwks(request: Request, route: Route) -> Response:
     """The public keys that sign this agent's webhook deliveries (all live keys: a retiring
-    key stays here while it still signs)."""
-    from agents.signing import ensure_signing_key, jwks
+    key stays here while it still signs). A read only: an agent without a key (made outside
+    agent_create) is served an empty set."""
+    from agents.signing import jwks
 
     try:
         ctx = await _ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return _rest_error(exc)
 
-    def keys():
-        ensure_signing_key(ctx.agent)
-        return jwks(ctx.agent)
-
     return Response(
-        _dumps(await run_orm(keys)),
+        _dumps(await run_orm(lambda: jwks(ctx.agent))),
         media_type="application/jwk-set+json",
         headers={"Cache-Control": "public, max-age=300"},
     )
