@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from agents import readiness
-from agents.cards import pretty
+from agents.card_signing import pretty
 from agents.models import Agent, ApiKey, CardVersion, SigningKey
 from agents.services import AgentError, agent_save, api_key_revoke
 

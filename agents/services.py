@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind
+from agents.signing import signing_key_create_for_new_agent
 
 TOKEN_PREFIX = "a2a"
 
@@ -36,7 +37,12 @@ def agent_create(
     is_default: bool = False,
     **fields: Any,
 ) -> Agent:
-    """Create an agent (a tenant). `is_default` moves the origin-root role to it."""
+    """Create an agent (a tenant) with its first signing key. `is_default` moves the
+    origin-root role to it.
+
+    One outermost transaction (durable: no caller may fold it into its own): the agent, its
+    active signing key (so its card is signed and its JWKS lists a key from the first read).
+    """
     validate_slug(slug)
     fields.setdefault("default_input_modes", ["text/plain"])
     fields.setdefault("default_output_modes", ["text/plain"])
@@ -56,10 +62,11 @@ def agent_create(
     except ValidationError as exc:
         problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
         raise AgentError(problems) from None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if is_default:
             Agent.objects.filter(is_default=True).update(is_default=False)
         agent.save()
+        signing_key_create_for_new_agent(agent)
     return agent
 
 
@@ -86,7 +93,11 @@ def api_key_create(*, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT) ->
 
 
 def api_key_revoke(*, key_id: object) -> ApiKey:
-    with transaction.atomic():
+    """Revoke a key (idempotent): refused everywhere within A2A_API_KEY_CACHE_SECONDS.
+
+    Outermost (durable): the admin action calls it once per key, each its own transaction.
+    """
+    with transaction.atomic(durable=True):
         key = ApiKey.objects.select_for_update().get(pk=key_id)
         if key.revoked_at is None:
             key.revoked_at = timezone.now()
@@ -115,10 +126,17 @@ def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
 
 
 def agent_save(*, agent: Agent) -> Agent:
-    """Save an agent edited in the admin: reserved slugs refused, one default at a time."""
+    """Save an agent edited in the admin: reserved slugs refused, one default at a time; an
+    agent added there gets its first signing key in the same transaction.
+
+    Not durable: the admin's change form runs it inside its own transaction.
+    """
     validate_slug(agent.slug)
+    adding = agent._state.adding
     with transaction.atomic():
         if agent.is_default:
             Agent.objects.filter(is_default=True).exclude(pk=agent.pk).update(is_default=False)
         agent.save()
+        if adding:
+            signing_key_create_for_new_agent(agent)
     return agent

@@ -3,7 +3,9 @@
 Lifecycle: `active` (signs; one per agent) → `retiring` (after a rotation: still signs and
 stays in the JWKS, so receivers that only know it keep verifying — DESIGN.md invariant 3,
 drain) → `retired` (gone from signatures and the JWKS). Writes lock the agent row, so two
-rotations of one agent serialize; the partial unique constraint backs that up.
+rotations of one agent serialize; the partial unique constraint backs that up. Create, rotate
+and retire are outermost transactions (durable); `ensure_signing_key` is not (the delivery
+claim calls it inside its own).
 
 The private key is stored as `a2a_platform.lib.crypto.encrypt(base64url(raw 32 bytes))`; it is
 decrypted only by `private_key()`, for signing, and never logged or returned on read.
@@ -66,13 +68,26 @@ def _active_key(agent: Agent) -> SigningKey | None:
     return SigningKey.objects.filter(agent=agent, state=SigningKeyState.ACTIVE).first()
 
 
+def active_signing_key(agent: Agent) -> SigningKey | None:
+    """The agent's active key, or None (read only: keys are created with their agent,
+    `agent_create`, or by migration 0006 for older agents; never on a read)."""
+    return _active_key(agent)
+
+
+def signing_key_create_for_new_agent(agent: Agent) -> SigningKey:
+    """Inside the transaction that creates `agent`: its first key, active."""
+    key = _new_key(agent)
+    logger.info("signing_key.created", extra={"agent": agent.slug, "kid": key.kid})
+    return key
+
+
 def signing_key_create(*, agent: Agent) -> SigningKey:
     """Create the agent's first signing key, active.
 
     Refuses when the agent already has an active key: replacing it is a rotation
     (`signing_key_rotate`), which keeps the old key signing until it is retired.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         _lock_agent(agent)
         if _active_key(agent) is not None:
             raise SigningKeyError(
@@ -90,7 +105,7 @@ def signing_key_rotate(*, agent: Agent) -> SigningKey:
     JWKS until `signing_key_retire`. With no active key, this just creates one.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         _lock_agent(agent)
         previous = _active_key(agent)
         if previous is not None:
@@ -117,7 +132,7 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
     rotate first, then retire the key that became `retiring`.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         key = SigningKey.objects.select_for_update().get(pk=key_id)
         if key.state == SigningKeyState.RETIRED:
             return key
@@ -131,7 +146,11 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
 
 
 def ensure_signing_key(agent: Agent) -> SigningKey:
-    """The agent's active key, created if it has none (safe under concurrent callers)."""
+    """The agent's active key, created if it has none (safe under concurrent callers).
+
+    Kept for the delivery claim (webhooks/delivery.py) until it reads `active_signing_key`;
+    agents get their key when they are created, so the protocol's read paths no longer call
+    this."""
     key = _active_key(agent)
     if key is not None:
         return key

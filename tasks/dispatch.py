@@ -22,6 +22,7 @@ from django.utils import timezone
 from a2a_platform.lib.on_commit import enqueue_on_commit
 from agents.models import Agent, Executor
 from tasks.errors import NotExternalExecutor
+from tasks.job_names import RUN_EXECUTOR_JOB
 from tasks.models import (
     ACTIVE_DISPATCH_STATES,
     DispatchState,
@@ -33,8 +34,6 @@ from tasks.models import (
 from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES
 
 logger = logging.getLogger(__name__)
-
-RUN_EXECUTOR_JOB = "tasks.run_executor"
 
 
 def _uses_celery(task: Task) -> bool:
@@ -82,7 +81,9 @@ def dispatch_close_active(task: Task) -> None:
 
 
 @dataclass(frozen=True)
-class Claim:
+class DispatchClaim:
+    """A dispatch this worker now holds: run the task until `lease_expires_at`, renewing."""
+
     dispatch_id: int
     task_id: str
     progress: dict
@@ -93,7 +94,7 @@ def _lease_until():
     return timezone.now() + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
 
 
-def _claim(dispatch: ExecutorDispatch, worker: str) -> Claim:
+def _claim(dispatch: ExecutorDispatch, worker: str) -> DispatchClaim:
     dispatch.state = DispatchState.CLAIMED
     dispatch.claims += 1
     dispatch.claimed_by = worker[:255]
@@ -103,10 +104,12 @@ def _claim(dispatch: ExecutorDispatch, worker: str) -> Claim:
         "dispatch claimed",
         extra={"task_id": str(dispatch.task_id), "dispatch_id": dispatch.pk, "worker": worker},
     )
-    return Claim(dispatch.pk, str(dispatch.task_id), dispatch.progress, dispatch.lease_expires_at)
+    return DispatchClaim(
+        dispatch.pk, str(dispatch.task_id), dispatch.progress, dispatch.lease_expires_at
+    )
 
 
-def dispatch_claim(*, dispatch_id: int, worker: str) -> Claim | None:
+def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     """Claim one dispatch for a Celery executor. None: gone, done, not yet due, or taken.
 
     A duplicate broker message finds the dispatch claimed (or locked) and does nothing.
@@ -129,7 +132,7 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> Claim | None:
         return _claim(dispatch, worker)
 
 
-def dispatch_claim_next(*, agent: Agent, worker: str) -> Claim | None:
+def dispatch_claim_next(*, agent: Agent, worker: str) -> DispatchClaim | None:
     """Claim the oldest due dispatch of an agent's tasks (external workers, REST API).
 
     Raises NotExternalExecutor for an agent a built-in executor runs: Celery runs its
@@ -221,7 +224,16 @@ def dispatch_finish(
             )
         else:
             dispatch.state = DispatchState.DONE
-        dispatch.save()
+        dispatch.save(
+            update_fields=[
+                "progress",
+                "lease_expires_at",
+                "state",
+                "not_before",
+                "enqueues",
+                "updated_at",
+            ]
+        )
     return True
 
 
@@ -292,7 +304,9 @@ def dispatch_sweep_stranded(*, now=None, batch: int = 500) -> StrandedSweep:
             dispatch.lease_expires_at = None
             dispatch.not_before = now
             _announce(dispatch)
-            dispatch.save()
+            dispatch.save(
+                update_fields=["state", "lease_expires_at", "not_before", "enqueues", "updated_at"]
+            )
             re_enqueued += 1
             logger.warning(
                 "dispatch re-enqueued",

@@ -7,16 +7,17 @@ import socket
 from celery import shared_task
 
 from tasks.executors.runner import run_dispatch
+from tasks.job_names import RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
 from tasks.sweeper import dispatch_sweep
 
 
-@shared_task(name="tasks.run_executor", bind=True)
+@shared_task(name=RUN_EXECUTOR_JOB, bind=True)
 def run_executor_job(self, dispatch_id: int) -> str:
     worker = self.request.hostname or socket.gethostname()
     return run_dispatch(dispatch_id=dispatch_id, worker=f"{worker}:{self.request.id}")
 
 
-@shared_task(name="tasks.sweep_dispatches")
+@shared_task(name=SWEEP_DISPATCHES_JOB)
 def sweep_dispatches_job() -> dict:
     result = dispatch_sweep()
     return {"re_enqueued": result.re_enqueued, "failed_tasks": result.failed_tasks}

@@ -13,7 +13,7 @@ from django.db.models import Q
 
 from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
 from tasks.states import SETTLED_STATES, TaskState
-from tasks.task_store import store
+from tasks.task_store import get_task_store
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -28,16 +28,16 @@ def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None
     pk = _uuid(task_id)
     if pk is None:
         return None
-    return store().visible(agent_id, owner, pk)
+    return get_task_store().visible(agent_id, owner, pk)
 
 
 def task_history(task: Task, history_length: int | None) -> list[Message]:
     """The task's messages in order: all of them (None) or the newest `history_length`."""
-    return store().history(task, history_length)
+    return get_task_store().history(task, history_length)
 
 
 def task_artifacts(task: Task) -> list[Artifact]:
-    return store().artifacts(task)
+    return get_task_store().artifacts(task)
 
 
 def task_for_agent(*, agent_id: int, task_id: object) -> Task | None:

@@ -3,7 +3,9 @@
 Each public function is ONE transaction: it locks the task row, validates the change against
 the pure state machine, writes the task, appends its TaskEvent (gap-free `seq`), runs the
 in-transaction event hooks (the webhook outbox) and queues one NOTIFY per task for commit.
-Jobs are enqueued only after commit.
+Jobs are enqueued only after commit. The outermost ones, `task_send` and `task_cancel`, are
+durable (a caller's transaction around them raises); the others are also called inside
+executors' and other services' transactions, whose commit then carries their NOTIFY and jobs.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tasks.models import (
 )
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
-from tasks.task_store import store
+from tasks.task_store import get_task_store
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ MessageInput = a2a_pb2.Message | dict[str, Any]
 def lock_task(task_id: object) -> Task:
     """The task row (with its agent), locked FOR UPDATE until the surrounding transaction
     ends. TaskNotFound for an unknown or malformed id."""
-    task = store().lock(_task_pk(task_id))
+    task = get_task_store().lock(_task_pk(task_id))
     if task is None:
         raise TaskNotFound(task_id)
     return task
@@ -71,7 +73,7 @@ def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
     event = TaskEvent(
         task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
     )
-    store().append_event(task, event)
+    get_task_store().append_event(task, event)
     run_event_hooks(task, event)
     return event
 
@@ -165,7 +167,7 @@ def _open_task(
         created_at=now,
     )
     dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
-    store().open_task(task, first, event, dispatch)
+    get_task_store().open_task(task, first, event, dispatch)
     dispatch_announce_new(dispatch)
     return task, first
 
@@ -250,7 +252,7 @@ def task_add_artifact(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        existing = store().artifact(task, art.artifact_id)
+        existing = get_task_store().artifact(task, art.artifact_id)
         if append and existing is not None:
             if existing.complete:
                 raise InvalidPayload("artifact", "its last chunk was already added")
@@ -266,7 +268,7 @@ def task_add_artifact(
             existing.extensions = list(art.extensions)
             existing.complete = last_chunk
             existing.chunks = 1
-        store().save_artifact(existing)
+        get_task_store().save_artifact(existing)
         _append_event(
             task,
             EventKind.ARTIFACT,
@@ -315,8 +317,10 @@ def task_cancel(*, task_id: object, reason: str | None = None) -> Task:
     """Cancel a task (best effort for the executor, final for the store).
 
     A terminal task raises IllegalTransition with `.terminal` (TaskNotCancelable on the wire).
+    Outermost (durable): a client's or operator's cancel is never folded into another write.
     """
-    return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)
+    with transaction.atomic(durable=True):
+        return task_transition(task_id=task_id, to_state=TaskState.CANCELED, message=reason)
 
 
 @dataclass(frozen=True)
@@ -360,13 +364,14 @@ def task_send(
     the same id with a different hash raises InvalidPayload. No lookup precedes the claim:
     retries are rare, sends are not. `within(result)` runs inside the transaction after the
     write (not on a replay): the caller's writes that must commit or fail with it
-    (SendMessage's inline push config), without a transaction around this one.
+    (SendMessage's inline push config), without a transaction around this one (durable: an
+    outer transaction raises RuntimeError).
     """
     msg = _as_message(message)
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     first = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if msg.task_id:
             task_pk = _uuid_or_none(msg.task_id)
             if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
@@ -381,7 +386,7 @@ def task_send(
                 request_hash=request_hash,
                 task_id=task_pk,
             )
-            if not store().claim_receipt(receipt):
+            if not get_task_store().claim_receipt(receipt):
                 return _replay(agent, owner, msg.message_id, request_hash)
         if msg.task_id:
             task = task_append_message(task_id=task_pk, message=msg)

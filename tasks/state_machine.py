@@ -43,10 +43,6 @@ class IllegalTransition(Exception):
         super().__init__(f"illegal transition: {reason}")
 
 
-def allowed_targets(from_state: TaskState) -> frozenset[TaskState]:
-    return TRANSITIONS[TaskState(from_state)]
-
-
 def check_transition(from_state: TaskState, to_state: TaskState) -> None:
     """Raise IllegalTransition unless `from_state -> to_state` is in the table."""
     if TaskState(to_state) not in TRANSITIONS[TaskState(from_state)]:

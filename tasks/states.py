@@ -26,9 +26,5 @@ TERMINAL_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
 )
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
-# States a client message may continue (multi-turn); SUBMITTED/WORKING accept follow-ups too.
-CONTINUABLE_STATES = frozenset(
-    {TaskState.SUBMITTED, TaskState.WORKING, TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED}
-)
 # A stream or blocking SendMessage stops waiting once the task is in one of these.
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES

@@ -1,32 +1,31 @@
 """The lifecycle's hot statements, for PostgreSQL and for the embedded database.
 
 tasks/services.py decides (the state machine, the artifact chunk rules, what the event says);
-this module only reads and writes the rows, inside the caller's transaction:
+this module only reads and writes the rows, inside the caller's transaction. `TaskStore` is
+the interface, one docstring per method; two implementations, as Django's database backends
+implement one set of operations per vendor:
 
-- `lock`: the task row locked FOR UPDATE, with its agent (only the task row is locked: locking
-  the agent too would make every write to any task of that agent wait for the others);
-- `artifact` / `save_artifact`: one artifact of a task, read, then inserted or replaced;
-- `append_event`: the event row, the task row's lifecycle fields (state, status, last seq,
-  updated_at) and the NOTIFY of the event hub (tasks/notify.py);
-- `visible`, `history`, `artifacts`: the reads of a task snapshot (GetTask's whole work);
-- `claim_receipt`: an idempotency receipt, unless one exists for the same (agent, owner,
-  messageId) (then False: the request is a retry);
-- `open_task`: a new task's rows, task, first message, first event and executor dispatch
-  (one statement).
+- `PgTaskStore`, what production runs: each step is one prepared statement, generated from the
+  models' `_meta`, so an artifact event is four round trips with the outbox's write instead of
+  nine ORM statements, each built in Python and planned by PostgreSQL (the ORM path cost 4 ms
+  CPU per event in the producer and 2 ms in PostgreSQL: bench/delivery_bench.py);
+- `OrmTaskStore`, the same through the ORM, on any database: the embedded SQLite database of
+  `make run`, and PostgreSQL behind a transaction-pooling proxy that cannot keep prepared
+  statements.
 
-`PostgresStore` is what production runs: each step is one prepared statement, so an artifact
-event is four round trips with the outbox's write instead of nine ORM statements, each built
-in Python and planned by PostgreSQL (the ORM path cost 4 ms CPU per event in the producer and
-2 ms in PostgreSQL: bench/delivery_bench.py). `PortableStore` does the same through the ORM
-for the embedded SQLite database of `make run`; tests/integration/tasks/test_services.py runs
-through both.
+`get_task_store()` is the one switch (`settings.A2A_STORE`). tests/integration/tasks/
+test_task_store.py holds the two to one contract; test_services.py runs the services through
+both.
 """
 
 from __future__ import annotations
 
 import functools
 import uuid
+from typing import Protocol
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, models, transaction
 
 from a2a_platform.lib.sql import columns, from_row, run_prepared
@@ -45,8 +44,56 @@ LIFECYCLE_FIELDS = (
 )
 
 
-def store() -> PostgresStore | PortableStore:
-    return _POSTGRES if connection.vendor == "postgresql" else _PORTABLE
+class TaskStore(Protocol):
+    """The rows of the task lifecycle, read and written inside the caller's transaction."""
+
+    def claim_receipt(self, receipt: MessageReceipt) -> bool:
+        """Insert an idempotency receipt unless one exists for its (agent, owner, messageId).
+
+        True: inserted (`receipt` now has its pk). False: the request is a retry; nothing was
+        written and the caller's transaction goes on.
+        """
+        ...
+
+    def open_task(
+        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
+    ) -> None:
+        """Insert a new task's rows: the task, its first message, its first event and its
+        executor dispatch (one statement on PostgreSQL). Each object gets its pk. No NOTIFY."""
+        ...
+
+    def lock(self, task_pk: uuid.UUID) -> Task | None:
+        """The task row locked FOR UPDATE until the transaction ends, with its agent loaded
+        (only the task row is locked: locking the agent too would make every write to any task
+        of that agent wait for the others). None for an unknown id."""
+        ...
+
+    def artifact(self, task: Task, artifact_id: str) -> Artifact | None:
+        """One artifact of a task by its artifactId, or None."""
+        ...
+
+    def visible(self, agent_pk: int, owner: str, task_pk: uuid.UUID) -> Task | None:
+        """The task if it belongs to this agent and owner, else None (foreign = unknown)."""
+        ...
+
+    def history(self, task: Task, limit: int | None) -> list[Message]:
+        """The task's messages oldest first: all (None) or the newest `limit`; each message's
+        `task` is `task` (no query to reach it)."""
+        ...
+
+    def artifacts(self, task: Task) -> list[Artifact]:
+        """The task's artifacts in the order they were first added."""
+        ...
+
+    def save_artifact(self, artifact: Artifact) -> None:
+        """Insert the artifact, or replace the one with its (task, artifactId) in place (it
+        keeps its pk and created_at, which are set on `artifact`)."""
+        ...
+
+    def append_event(self, task: Task, event: TaskEvent) -> None:
+        """Insert the event (it gets its pk), write the task row's LIFECYCLE_FIELDS as they
+        are on `task` (updated_at stamped), and queue the event hub's NOTIFY for commit."""
+        ...
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
@@ -174,7 +221,9 @@ def _append_event_sql(notify: bool) -> str:
     )
 
 
-class PostgresStore:
+class PgTaskStore:
+    """TaskStore as prepared SQL statements (PostgreSQL only)."""
+
     def __init__(self, *, notify: bool = True) -> None:
         """`notify=False` leaves out the event hub's NOTIFY: only bench/stream_bench.py does,
         to measure what the NOTIFY costs."""
@@ -245,7 +294,9 @@ class PostgresStore:
 # --- any database (the ORM) ----------------------------------------------------------------
 
 
-class PortableStore:
+class OrmTaskStore:
+    """TaskStore through the ORM, on any database."""
+
     def claim_receipt(self, receipt: MessageReceipt) -> bool:
         try:
             with transaction.atomic():  # a savepoint: the caller's transaction goes on
@@ -293,5 +344,23 @@ class PortableStore:
         notify_task_event(task.pk)
 
 
-_POSTGRES = PostgresStore()
-_PORTABLE = PortableStore()
+_PG = PgTaskStore()
+_ORM = OrmTaskStore()
+
+
+def get_task_store() -> TaskStore:
+    """The task store `settings.A2A_STORE` chooses: "auto" the prepared SQL on PostgreSQL and
+    the ORM elsewhere, "orm" the ORM everywhere, "postgres" the SQL (ImproperlyConfigured on
+    another database)."""
+    choice = settings.A2A_STORE
+    if choice == "auto":
+        return _PG if connection.vendor == "postgresql" else _ORM
+    if choice == "orm":
+        return _ORM
+    if choice == "postgres":
+        if connection.vendor != "postgresql":
+            raise ImproperlyConfigured(
+                f"A2A_STORE=postgres needs PostgreSQL; the database is {connection.vendor}"
+            )
+        return _PG
+    raise ImproperlyConfigured(f"A2A_STORE must be auto, orm or postgres, not {choice!r}")

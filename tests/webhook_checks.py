@@ -32,6 +32,7 @@ from tasks.states import TERMINAL_STATES
 from tests.factories import user_message
 from tests.processes import wait_until
 from tests.webhook_receiver import ReceiverProcess, Record
+from webhooks.job_names import SWEEP_DELIVERIES_JOB
 from webhooks.models import Delivery, DeliveryState, PushConfig
 from webhooks.receiver import VerifiedDelivery, WebhookVerifier
 from webhooks.services import push_config_create
@@ -63,7 +64,7 @@ def start_beat(procs, **env: str):
     """Beat (a subprocess on the test database) firing both sweepers every second."""
     with override_settings(A2A_SWEEP_INTERVAL_SECONDS=1, A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS=1):
         call_command("sync_schedules", stdout=io.StringIO())
-    sweep = PeriodicTask.objects.get(task="webhooks.sweep_deliveries")
+    sweep = PeriodicTask.objects.get(task=SWEEP_DELIVERIES_JOB)
     assert sweep.interval.every == 1
     return procs.beat(**env)
 

@@ -8,7 +8,6 @@ from django.contrib.auth import get_permission_codename
 from django.utils.html import format_html
 
 from webhooks import services
-from webhooks.delivery import delivery_replay
 from webhooks.models import (
     Alert,
     Delivery,
@@ -141,7 +140,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
     )
     def replay(self, request, queryset):
         selected = list(queryset.values_list("pk", flat=True))
-        count = delivery_replay(delivery_pks=selected, actor=request.user.get_username())
+        count = services.delivery_replay(delivery_pks=selected, actor=request.user.get_username())
         self.message_user(
             request,
             f"{count} of {len(selected)} selected deliveries re-opened (same event ids); "

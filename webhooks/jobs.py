@@ -1,12 +1,11 @@
-"""Celery jobs of the webhooks app (thin: ids in, services do the work)."""
+"""Celery jobs of the webhooks app (thin: ids in, one service does the work)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from webhooks.delivery import due_configs
+from webhooks.job_names import DELIVER_JOB, HEARTBEAT_JOB, PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
 from webhooks.pump import run_pump
-from webhooks.wake import DELIVER_JOB, wake
 
 
 @shared_task(name=DELIVER_JOB)
@@ -16,23 +15,15 @@ def deliver_job() -> str:
     return f"claimed {run.claimed}, delivered {run.delivered}"
 
 
-@shared_task(name="webhooks.sweep_deliveries")
+@shared_task(name=SWEEP_DELIVERIES_JOB)
 def sweep_deliveries_job() -> int:
-    """Safety net: wake a pump when a head is due (lost wake-ups, dead workers, retries whose
-    hint was lost with its worker). No message when a pump is claiming anyway. Also vacuums
-    the queue tables when they need it (webhooks/maintenance.py)."""
-    from webhooks.heads import repair
-    from webhooks.maintenance import vacuum_queue_tables
+    """The outbox's safety net (webhooks.services.delivery_sweep)."""
+    from webhooks.services import delivery_sweep
 
-    vacuum_queue_tables()
-    repair()
-    due = len(due_configs(limit=1))
-    if due:
-        wake()
-    return due
+    return delivery_sweep()
 
 
-@shared_task(name="webhooks.purge_old_rows")
+@shared_task(name=PURGE_OLD_ROWS_JOB)
 def purge_old_rows_job() -> dict:
     from webhooks.retention import purge_old_rows
 
@@ -40,17 +31,17 @@ def purge_old_rows_job() -> dict:
     return {"deliveries": purged.deliveries, "events": purged.events}
 
 
-@shared_task(name="heartbeat.beat", bind=True)
+@shared_task(name=HEARTBEAT_JOB, bind=True)
 def heartbeat_job(self) -> str:
     """Beat → broker (`heartbeat` queue) → this worker → the database: the proof of life the
-    readiness gate reads (agents/readiness.py). A worker whose row is missing, or whose
-    start-up backlog re-enqueue failed, registers again, re-enqueueing its backlog first."""
-    from agents.readiness import heartbeat
-    from webhooks.signals import register_worker
+    readiness gate reads (webhooks.services.worker_heartbeat)."""
+    from webhooks.services import worker_heartbeat
 
-    hostname = self.request.hostname or "unknown"
-    if not heartbeat(hostname=hostname):
-        register_worker(self.app, hostname)
-        heartbeat(hostname=hostname)
-        return "registered"
-    return "beat"
+    registered = worker_heartbeat(
+        hostname=self.request.hostname or "unknown", queues=_consumed_queues(self.app)
+    )
+    return "registered" if registered else "beat"
+
+
+def _consumed_queues(app) -> list[str]:
+    return sorted(app.amqp.queues.consume_from or [])

@@ -8,9 +8,14 @@ never changes where or how an already-accepted delivery goes.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.db import models
+
+# A config id is a path segment of the REST binding and part of the X-A2A-Binding-Version
+# header: URL-unreserved characters only, and not "." or "..", which clients resolve away.
+CONFIG_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,255}")
 
 
 class Endpoint(models.Model):

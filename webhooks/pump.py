@@ -14,6 +14,12 @@ write waits for the broker in between. A nudge announcing new writes (webhooks/w
 makes it claim at once; it polls only as a fallback; out of work, it lingers
 `A2A_WEBHOOK_PUMP_LINGER_SECONDS` for nudges before it exits. Without nudges (no Redis) it
 claims on every turn.
+
+The life of a delivery, module by module: webhooks/services.py writes it (the outbox hook,
+through webhooks/outbox_store.py) and webhooks/wake.py wakes a pump after the commit; this
+pump claims it (webhooks/delivery.py: the statements in outbox_store.py, each config's head
+time in webhooks/heads.py), sends it (webhooks/transport.py) and records it (delivery.py
+again, deciding retries with webhooks/retry_policy.py).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from django.utils import timezone
 
 from webhooks import heads, wake
 from webhooks.delivery import (
-    Claim,
+    DeliveryClaim,
     delivery_claim_batch,
     delivery_record_many,
     relaxed_commits,
@@ -79,122 +85,184 @@ def run_pump() -> PumpRun:
     linger = settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS if wake.listen(signals.nudge) else 0.0
     try:
         with relaxed_commits():
-            return _pump(signals, linger=linger)
+            return _Pump(signals, linger=linger).pump()
     finally:
         wake.unlisten(signals.nudge)
 
 
-def _pump(signals: _Signals, *, linger: float) -> PumpRun:
-    run = PumpRun()
-    activity, nudged, token = signals.activity, signals.nudged, signals.token
-    window = settings.A2A_WEBHOOK_PUMP_WINDOW
-    deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
-    in_flight: dict[Future[TransportResult], Claim] = {}
+class _Pump:
+    """One pump's loop: each turn hands over at the deadline, holds the wake flag, claims,
+    lingers when out of work, waits for sends, and records what finished. The state kept
+    between turns is the fields below."""
 
-    # How many to claim next: a full window when nothing is in flight; else about as many as
-    # just finished (what their endpoints can take again) plus a few, so a saturated endpoint's
-    # due configs are not all locked and stepped back on every turn.
-    pace = window
+    def __init__(self, signals: _Signals, *, linger: float) -> None:
+        self.signals = signals
+        self.linger = linger
+        self.run = PumpRun()
+        self.window = settings.A2A_WEBHOOK_PUMP_WINDOW
+        self.deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
+        self.in_flight: dict[Future[TransportResult], DeliveryClaim] = {}
+        # How many to claim next: a full window when nothing is in flight; else about as many
+        # as just finished (what their endpoints can take again) plus a few, so a saturated
+        # endpoint's due configs are not all locked and stepped back on every turn.
+        self.pace = self.window
+        # Whether the next turn claims. With nudges, a pump claims after a nudge, when a
+        # record left a successor due or its last claim may have left due heads behind (it
+        # read as many as it could take), and at least every POLL_SECONDS; not after every
+        # record, which at a low rate found nothing each time (a transaction per event,
+        # measured). Without nudges it claims every turn.
+        self.claim_now = True
+        self.more_due = False
+        self.last_claim = 0.0
+        self.claiming = True
+        # When this pump last set the wake flag: refreshed well within its TTL, not on every
+        # turn (a Redis round trip each, measured).
+        self.held_at: float | None = None
+        self.refresh_after = settings.A2A_WEBHOOK_WAKE_TTL_SECONDS / 3
+        self.idle_since: float | None = None
+        # At its deadline a busy pump asks for a successor and claims on until the successor
+        # holds the flag (or HANDOVER_SECONDS pass), so writes never wait for the broker round
+        # trip in between (~80 ms a handover, measured: the latency run's slow events every
+        # 2 s).
+        self.handover_at: float | None = None
 
-    # Whether the next turn claims. With nudges, a pump claims after a nudge, when a record
-    # left a successor due or its last claim may have left due heads behind (it read as many
-    # as it could take), and at least every POLL_SECONDS; not after every record, which at a
-    # low rate found nothing each time (a transaction per event, measured). Without nudges it
-    # claims every turn.
-    claim_now = True
-    more_due = False
-    last_claim = 0.0
+    def pump(self) -> PumpRun:
+        """Turn until nothing is in flight and nothing is left to claim."""
+        try:
+            while self.turn():
+                pass
+        finally:
+            if self.claiming:
+                wake.release(self.signals.token)
+        if self.claiming:
+            _wake_for_what_is_due_soon()
+        return self.run
 
-    def claim_more() -> int:
-        nonlocal more_due, last_claim
-        nudged.clear()  # a nudge from here on may be for writes this claim misses
-        room = min(window - len(in_flight), pace if in_flight else window)
+    def turn(self) -> bool:
+        """One turn of the loop; False when the pump is done."""
+        now = time.monotonic()
+        if self.claiming and now >= self.deadline and (self.in_flight or self.idle_since is None):
+            self.hand_over(now)
+        if self.claiming:
+            self.hold_flag(now)
+            if self.should_claim(now):
+                self.claim()
+            self.claim_now = False
+            if not self.in_flight:
+                if self.linger_for_nudges(now):
+                    return True
+                if not self.release_and_claim():
+                    return False
+            self.idle_since = None
+        if not self.in_flight:
+            return False
+        if self.wait_for_activity():
+            self.record_finished()
+        return True
+
+    def hand_over(self, now: float) -> None:
+        """Past the deadline, publish the successor's job, then stop claiming once it holds the
+        flag (or HANDOVER_SECONDS passed): writes in between never wait for the broker."""
+        if self.handover_at is None:
+            self.handover_at = now
+            wake.wake(force=True)  # the successor's job
+        elif now - self.handover_at >= HANDOVER_SECONDS or not wake.holds(self.signals.token):
+            self.claiming = False  # the successor claims from here; this one drains
+            wake.release(self.signals.token)
+
+    def hold_flag(self, now: float) -> None:
+        """Keep this pump's wake flag set, refreshed within its TTL: writes committed while it
+        claims nudge it instead of publishing a job each, and the flag never lapses mid-run."""
+        if self.handover_at is None and (
+            self.held_at is None or now - self.held_at >= self.refresh_after
+        ):
+            wake.hold(self.signals.token)
+            self.held_at = now
+
+    def should_claim(self, now: float) -> bool:
+        """Whether this turn claims: at most a poll apart, so a nudge lost while the subscriber
+        reconnects, or a head stepped back at a busy endpoint, waits one poll at most."""
+        return (
+            self.claim_now
+            or not self.linger
+            or self.signals.nudged.is_set()
+            or now - self.last_claim >= POLL_SECONDS
+        )
+
+    def claim(self) -> int:
+        """Claim what the window has room for and start the sends; the nudge is cleared first,
+        so a nudge for writes this claim misses makes a later turn claim."""
+        self.signals.nudged.clear()
+        room = min(self.window - len(self.in_flight), self.pace if self.in_flight else self.window)
         if room <= 0:
-            more_due = True  # asked to claim with a full window: claim after the next record
+            self.more_due = True  # asked to claim with a full window: claim after the next record
             return 0
-        last_claim = time.monotonic()
-        run.claims += 1
-        claims = delivery_claim_batch(limit=room)
-        more_due = not claims.exhausted
-        requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in claims]
+        self.last_claim = time.monotonic()
+        self.run.claims += 1
+        batch = delivery_claim_batch(limit=room)
+        self.more_due = not batch.exhausted
+        requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in batch.claims]
         sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
-        for claim, future in zip(claims, sends, strict=True):
+        activity = self.signals.activity
+        for claim, future in zip(batch.claims, sends, strict=True):
             future.add_done_callback(lambda _: activity.set())
-            in_flight[future] = claim
-        run.claimed += len(claims)
-        return len(claims)
+            self.in_flight[future] = claim
+        self.run.claimed += len(batch.claims)
+        return len(batch.claims)
 
-    claiming = True
-    # When this pump last set the wake flag: refreshed well within its TTL, not on every turn
-    # (a Redis round trip each, measured).
-    held_at: float | None = None
-    refresh_after = settings.A2A_WEBHOOK_WAKE_TTL_SECONDS / 3
-    idle_since: float | None = None
-    # At its deadline a busy pump asks for a successor and claims on until the successor holds
-    # the flag (or HANDOVER_SECONDS pass), so writes never wait for the broker round trip in
-    # between (~80 ms a handover, measured: the latency run's slow events every 2 s).
-    handover_at: float | None = None
-    try:
-        while True:
-            now = time.monotonic()
-            if claiming and now >= deadline and (in_flight or idle_since is None):
-                if handover_at is None:
-                    handover_at = now
-                    wake.wake(force=True)  # the successor's job
-                elif now - handover_at >= HANDOVER_SECONDS or not wake.holds(token):
-                    claiming = False  # the successor claims from here; this one drains
-                    wake.release(token)
-            if claiming:
-                if handover_at is None and (held_at is None or now - held_at >= refresh_after):
-                    wake.hold(token)
-                    held_at = now
-                if claim_now or not linger or nudged.is_set() or now - last_claim >= POLL_SECONDS:
-                    claim_more()
-                claim_now = False
-                if not in_flight:
-                    # Nothing to do: stay a moment with the flag held, so the next writes
-                    # nudge this pump instead of publishing a job each.
-                    idle_since = idle_since or now
-                    left = min(idle_since + linger, deadline) - now
-                    if left > 0:
-                        poll_in = POLL_SECONDS - (now - last_claim)
-                        nudged.wait(max(0.0, min(poll_in, left)))
-                        claim_now = poll_in <= left  # the poll is due (a nudge says so itself)
-                        continue
-                    wake.release(token)
-                    held_at = None
-                    if not claim_more():  # what was committed while the flag was held
-                        break
-                idle_since = None
-            if not in_flight:
-                break
-            # Cleared before looking: a send finishing or a nudge arriving later sets it again.
-            activity.clear()
-            if not any(future.done() for future in in_flight):
-                if not (claiming and nudged.is_set()):
-                    activity.wait(POLL_SECONDS if claiming else None)
-                if not any(future.done() for future in in_flight):
-                    if not nudged.is_set():
-                        pace = PROBE  # the poll found nothing finished: probe
-                    claim_now = True
-                    continue
-            # Sends to a healthy receiver finish within moments of each other: take them in
-            # one record (and so one claim) instead of a transaction each.
-            done, _ = wait(in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
-            outcomes = delivery_record_many([(in_flight.pop(f), f.result()) for f in done])
-            run.recorded += len(outcomes)
-            pace = len(outcomes) + PROBE
-            claim_now = more_due or any(o.next_due for o in outcomes)
-            finished = [o for o in outcomes if o.state in ("delivered", "dead")]
-            run.delivered += sum(1 for o in finished if o.state == "delivered")
-            if finished and not claiming:
-                wake.wake()  # their configs' next deliveries are due; this pump claims no more
-    finally:
-        if claiming:
-            wake.release(token)
-    if claiming:
-        _wake_for_what_is_due_soon()
-    return run
+    def linger_for_nudges(self, now: float) -> bool:
+        """Out of work, wait a moment with the flag held (until the linger or the deadline
+        ends; True while it does), so the next writes nudge this pump instead of publishing a
+        job each."""
+        self.idle_since = self.idle_since or now
+        left = min(self.idle_since + self.linger, self.deadline) - now
+        if left <= 0:
+            return False
+        poll_in = POLL_SECONDS - (now - self.last_claim)
+        self.signals.nudged.wait(max(0.0, min(poll_in, left)))
+        self.claim_now = poll_in <= left  # the poll is due (a nudge says so itself)
+        return True
+
+    def release_and_claim(self) -> int:
+        """Release the flag, then claim once more: writes committed while the flag was held
+        published no job and count on this claim."""
+        wake.release(self.signals.token)
+        self.held_at = None
+        return self.claim()
+
+    def wait_for_activity(self) -> bool:
+        """Wait until a send finishes or a nudge arrives (a poll at most while claiming); True
+        when a send finished. `activity` is cleared before looking, so a send finishing in
+        between sets it again and is not slept through."""
+        activity, nudged = self.signals.activity, self.signals.nudged
+        activity.clear()
+        if any(future.done() for future in self.in_flight):
+            return True
+        if not (self.claiming and nudged.is_set()):
+            activity.wait(POLL_SECONDS if self.claiming else None)
+        if any(future.done() for future in self.in_flight):
+            return True
+        if not nudged.is_set():
+            self.pace = PROBE  # the poll found nothing finished: probe
+        self.claim_now = True
+        return False
+
+    def record_finished(self) -> None:
+        """Record the finished sends, with those finishing within GATHER_SECONDS, in one
+        transaction, and claim next when that left a successor due: a delivered head's
+        successor goes without a broker round trip, and once this pump claims no more, a
+        wake hands the successors to another pump."""
+        # Sends to a healthy receiver finish within moments of each other: take them in one
+        # record (and so one claim) instead of a transaction each.
+        done, _ = wait(self.in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
+        outcomes = delivery_record_many([(self.in_flight.pop(f), f.result()) for f in done])
+        self.run.recorded += len(outcomes)
+        self.pace = len(outcomes) + PROBE
+        self.claim_now = self.more_due or any(o.next_due for o in outcomes)
+        finished = [o for o in outcomes if o.state in ("delivered", "dead")]
+        self.run.delivered += sum(1 for o in finished if o.state == "delivered")
+        if finished and not self.claiming:
+            wake.wake()  # their configs' next deliveries are due; this pump claims no more
 
 
 def _wake_for_what_is_due_soon() -> None:

@@ -21,12 +21,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.lib.crypto import decrypt, encrypt
+from a2a_platform.lib.on_commit import send_job
+from agents import readiness
+from agents.models import Agent
 from tasks import wire
-from tasks.errors import InvalidPayload, TaskNotFound
+from tasks.errors import InvalidPayload
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
+from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
+from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
+    CONFIG_ID,
     OPEN_DELIVERY_STATES,
     Delivery,
     DeliveryState,
@@ -36,16 +42,18 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.outbox_store import get_outbox_store
+from webhooks.selectors import (  # noqa: F401 (current_binding(s): the protocol's)
+    current_binding,
+    current_bindings,
+    due_configs,
+)
 from webhooks.ssrf import UnsafeDestination, check_url
-from webhooks.wake import wake_on_commit
+from webhooks.wake import wake, wake_on_commit
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
 # non-ASCII character would make every delivery of the config fail to be sent).
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
-# A config id is a path segment of the REST binding and part of the X-A2A-Binding-Version
-# header: URL-unreserved characters only, and not "." or "..", which clients resolve away.
-_CONFIG_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,255}")
 
 
 def body_bytes(payload: dict[str, Any]) -> str:
@@ -76,7 +84,7 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
     cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
     if not cfg.url:
         raise InvalidPayload("url", "is required")
-    if cfg.id and not _CONFIG_ID.fullmatch(cfg.id):
+    if cfg.id and not CONFIG_ID.fullmatch(cfg.id):
         raise InvalidPayload(
             "id",
             "must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - (and not '.' or '..')",
@@ -98,6 +106,27 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
     return CheckedConfig(cfg)
 
 
+def push_config_gate(
+    *, agent: Agent, registering: bool = True, readiness_now: readiness.Readiness | None = None
+) -> None:
+    """Refuse a push registration that would not be delivered (DESIGN.md invariant 1): for
+    good when the operator switched the agent's push notifications off (PushNotSupported),
+    with a retry hint while no delivery worker is live (PushDeliveryUnavailable), never
+    accepted and dropped. Reading or deleting a config (`registering=False`) promises no
+    delivery: only the switch applies.
+
+    Call it before `push_config_check` (no DNS lookup for a refused registration). The
+    liveness comes from `readiness_now` when given (an async caller reads it off its ORM
+    threads), else from this process's readiness (cached for A2A_READINESS_CACHE_SECONDS)."""
+    if not agent.push_notifications_enabled:
+        raise PushNotSupported(agent.slug)
+    if not registering:
+        return
+    state = readiness_now or readiness.current()
+    if not state.delivery_live:
+        raise PushDeliveryUnavailable(retry_after=readiness.RETRY_AFTER_SECONDS)
+
+
 def _snapshot_body(task: Task) -> str:
     artifacts = list(task.artifacts.order_by("id"))
     return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
@@ -112,13 +141,17 @@ def push_config_create(
     delivery (a `task` StreamResponse of the task as it is now). Older versions are retired:
     they take no new deliveries, but what they already owe is still delivered through them.
     A dict is checked here first (`push_config_check`, which resolves DNS). Raises
-    InvalidPayload (bad or unsafe URL, too many configs) and TaskNotFound.
+    InvalidPayload (bad or unsafe URL, too many configs), TaskNotFound, and PushNotSupported
+    when the agent's push notifications are off (its switch as the locked task row reads
+    it). Interfaces call `push_config_gate` first, which also refuses while no delivery
+    worker is live.
     """
     checked = config if isinstance(config, CheckedConfig) else push_config_check(config)
     cfg = checked.cfg
     now = timezone.now()
     with transaction.atomic():
         task = lock_task(task.pk)
+        push_config_gate(agent=task.agent, registering=False)
         config_id = cfg.id or str(uuid.uuid4())
         push = PushConfig.objects.select_for_update().filter(task=task, config_id=config_id).first()
         if push is None or push.deleted_at is not None:
@@ -178,36 +211,10 @@ def push_config_json(binding: PushBinding) -> dict[str, Any]:
     return out
 
 
-def current_bindings(task: Task) -> list[PushBinding]:
-    return list(
-        PushBinding.objects.select_related("config")
-        .filter(config__task=task, config__deleted_at__isnull=True, retired_at__isnull=True)
-        .order_by("config_id")
-    )
-
-
-def current_binding(task: Task, config_id: str) -> PushBinding:
-    if not _CONFIG_ID.fullmatch(config_id):  # never stored (a NUL would not even reach SQL)
-        raise TaskNotFound(task.pk)
-    binding = (
-        PushBinding.objects.select_related("config")
-        .filter(
-            config__task=task,
-            config__config_id=config_id,
-            config__deleted_at__isnull=True,
-            retired_at__isnull=True,
-        )
-        .first()
-    )
-    if binding is None:
-        raise TaskNotFound(task.pk)  # the spec has no "config not found" error (§3.1.8)
-    return binding
-
-
 def push_config_delete(*, task: Task, config_id: str) -> None:
     """Delete a config: it takes no new deliveries and what it still owes is canceled.
     Idempotent: deleting an unknown or deleted config succeeds."""
-    if not _CONFIG_ID.fullmatch(config_id):  # never stored
+    if not CONFIG_ID.fullmatch(config_id):  # never stored
         return
     now = timezone.now()
     with transaction.atomic():
@@ -276,3 +283,74 @@ def alert_resolve(*, alert_pk: int, actor: str) -> None:
             resolved_at=timezone.now()
         )
         OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
+
+
+def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
+    """Re-open dead-lettered or delivered deliveries (same event id) and audit it."""
+    now = timezone.now()
+    replayable = Delivery.objects.filter(
+        pk__in=delivery_pks,
+        state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED],
+        # A deleted config's client asked to stop: nothing of it is sent again.
+        config__deleted_at__isnull=True,
+    )
+    with transaction.atomic():
+        config_pks = heads.lock(replayable.values_list("config_id", flat=True))
+        rows = list(
+            replayable.filter(config_id__in=config_pks)
+            .select_for_update(of=("self",))
+            .values_list("pk", "event_id")
+        )
+        # A replay starts a fresh retry schedule (the same event id, so receivers dedupe).
+        Delivery.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+            state=DeliveryState.PENDING, next_attempt_at=now, finished_at=None, attempts=0
+        )
+        heads.refresh(config_pks)
+        OperatorAction.record(
+            actor, "replay_deliveries", {"deliveries": [str(event_id) for _, event_id in rows]}
+        )
+        if rows:
+            wake_on_commit()
+    return len(rows)
+
+
+# The tasks app's dispatch sweeper (tasks.job_names.SWEEP_DISPATCHES_JOB).
+_SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"
+
+
+def delivery_sweep() -> int:
+    """The outbox's safety net, run by the beat sweeper: vacuum the queue tables when they
+    need it (webhooks/maintenance.py), repair configs whose head time went missing
+    (webhooks/heads.py), and wake a pump when a head is due (lost wake-ups, dead workers,
+    retries whose hint was lost with its worker; no message when a pump is claiming anyway).
+    Returns how many configs were found due (at most one is looked for)."""
+    vacuum_queue_tables()
+    heads.repair()
+    due = len(due_configs(limit=1))
+    if due:
+        wake()
+    return due
+
+
+def worker_register(*, hostname: str, queues: list[str]) -> None:
+    """Re-enqueue what is due for the queues this worker consumes, then record it for the
+    readiness gate (a delivery worker counts only once its backlog was re-enqueued: retries a
+    dead worker held in memory are lost with it, the database still knows them)."""
+    reenqueued = True
+    if "webhooks" in queues and due_configs(limit=1):
+        # A flag left by a pump that died with a previous worker must not hold this one back.
+        reenqueued = wake(force=True) and reenqueued
+    if "agents" in queues or "heartbeat" in queues:
+        reenqueued = send_job(_SWEEP_DISPATCHES_JOB, []) and reenqueued
+    readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)
+
+
+def worker_heartbeat(*, hostname: str, queues: list[str]) -> bool:
+    """Write this worker's beat; a worker whose row is missing, or whose start-up backlog
+    re-enqueue failed, registers again (`worker_register`) and beats once more. True when it
+    registered."""
+    if readiness.heartbeat(hostname=hostname):
+        return False
+    worker_register(hostname=hostname, queues=queues)
+    readiness.heartbeat(hostname=hostname)
+    return True

@@ -37,10 +37,10 @@ from django.conf import settings
 from django.db import transaction
 
 from a2a_platform.lib.on_commit import send_job
+from webhooks.job_names import DELIVER_JOB
 
 logger = logging.getLogger(__name__)
 
-DELIVER_JOB = "webhooks.deliver"
 FLAG_KEY = "a2a:webhooks:pump-claiming"
 NUDGE_CHANNEL = "a2a:webhooks:nudge"
 

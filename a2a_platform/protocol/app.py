@@ -42,7 +42,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from a2a_platform.protocol.routes import METHODS, STREAMING_OPERATIONS, Route, resolve
-from agents.cards import EmptyCardValue
+from agents.card_signing import EmptyCardValue
 from agents.readiness import RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -165,20 +165,17 @@ async def _card(request: Request, route: Route) -> Response:
 
 async def _jwks(request: Request, route: Route) -> Response:
     """The public keys that sign this agent's webhook deliveries (all live keys: a retiring
-    key stays here while it still signs)."""
-    from agents.signing import ensure_signing_key, jwks
+    key stays here while it still signs). A read only: an agent without a key (made outside
+    agent_create) is served an empty set."""
+    from agents.signing import jwks
 
     try:
         ctx = await _ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return _rest_error(exc)
 
-    def keys():
-        ensure_signing_key(ctx.agent)
-        return jwks(ctx.agent)
-
     return Response(
-        _dumps(await run_orm(keys)),
+        _dumps(await run_orm(lambda: jwks(ctx.agent))),
         media_type="application/jwk-set+json",
         headers={"Cache-Control": "public, max-age=300"},
     )
@@ -195,8 +192,8 @@ _cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
     """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
-    from agents.card import agent_base_url
-    from agents.cards import card_version_record, sign_card
+    from agents.card_render import agent_base_url
+    from agents.card_signing import card_version_record, sign_card
 
     jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
     card = sign_card(

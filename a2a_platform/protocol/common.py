@@ -217,7 +217,7 @@ def _written_snapshot(result: services.SendResult, history_length: int | None) -
 
 
 def card_url(ctx: Ctx) -> str:
-    from agents.card import agent_base_url
+    from agents.card_render import agent_base_url
 
     return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
 
@@ -227,7 +227,7 @@ _card_versions: TTLCache[tuple[int | None]] = TTLCache(lambda: 5)
 
 def _card_version_id(agent) -> int | None:
     """The card version a new task records (the agent's last served card; cached 5 s)."""
-    from agents.cards import current_card_version_id
+    from agents.card_signing import current_card_version_id
 
     cached = _card_versions.get(agent.pk)
     if cached is None:  # a miss; a cached "no version yet" is (None,)

@@ -18,7 +18,7 @@ from a2a_platform.protocol.errors import (
     Kind,
     ProtocolError,
 )
-from agents.card import API_KEY_HEADER, declared_extensions, required_extensions
+from agents.card_render import API_KEY_HEADER, declared_extensions, required_extensions
 from agents.models import Agent, ApiKey, ApiKeyKind, AuthMode
 from agents.selectors import agent_by_slug, default_agent
 from agents.services import api_key_authenticate

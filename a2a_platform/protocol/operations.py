@@ -39,7 +39,7 @@ from a2a_platform.protocol.errors import (
     ProtocolError,
     invalid_params,
 )
-from agents.card import render_card
+from agents.card_render import render_card
 from agents.readiness import capabilities as agent_capabilities
 from tasks import selectors, services, wire
 from tasks.errors import TaskNotFound

@@ -14,8 +14,9 @@ from rest_framework.permissions import SAFE_METHODS, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webhooks.delivery import delivery_replay
+from webhooks import selectors
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
+from webhooks.services import delivery_replay
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -92,25 +93,22 @@ class Pages(CursorPagination):
 
 
 def _queryset(params):
-    qs = Delivery.objects.select_related(
-        "task__agent", "config", "binding", "binding__endpoint"
-    ).order_by("-id")
-    if "state" in params:
-        if params["state"] not in DeliveryState.values:
-            raise serializers.ValidationError(
-                {"state": f"one of {', '.join(DeliveryState.values)}"}
-            )
-        qs = qs.filter(state=params["state"])
+    """The list's filters, parsed (a bad value is a 400), for `selectors.delivery_list`."""
+    state = params.get("state")
+    if state is not None and state not in DeliveryState.values:
+        raise serializers.ValidationError({"state": f"one of {', '.join(DeliveryState.values)}"})
+    task_id = None
     if "task" in params:
         try:
-            qs = qs.filter(task_id=uuid.UUID(params["task"]))
+            task_id = uuid.UUID(params["task"])
         except ValueError:
             raise serializers.ValidationError({"task": "not a task id"}) from None
-    if "agent" in params:
-        qs = qs.filter(task__agent__slug=_text(params, "agent"))
-    if "endpoint" in params:
-        qs = qs.filter(binding__endpoint__origin=_text(params, "endpoint"))
-    return qs
+    return selectors.delivery_list(
+        state=state,
+        task_id=task_id,
+        agent_slug=_text(params, "agent") if "agent" in params else None,
+        endpoint_origin=_text(params, "endpoint") if "endpoint" in params else None,
+    )
 
 
 def _text(params, name: str) -> str:
@@ -127,18 +125,9 @@ class DeliveryList(StaffView):
         return paginator.get_paginated_response(DeliverySerializer(page, many=True).data)
 
 
-def _by_event_id(event_id) -> Delivery | None:
-    return (
-        Delivery.objects.select_related("task__agent", "config", "binding__endpoint")
-        .prefetch_related("attempts_log")
-        .filter(event_id=event_id)
-        .first()
-    )
-
-
 class DeliveryDetail(StaffView):
     def get(self, request, event_id):
-        delivery = _by_event_id(event_id)
+        delivery = selectors.delivery_by_event_id(event_id)
         if delivery is None:
             return Response({"error": {"code": "not_found"}}, status=status.HTTP_404_NOT_FOUND)
         return Response(DeliveryDetailSerializer(delivery).data)
@@ -154,10 +143,6 @@ class DeliveryReplay(StaffView):
     def post(self, request):
         data = ReplaySerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        pks = list(
-            Delivery.objects.filter(event_id__in=data.validated_data["ids"]).values_list(
-                "pk", flat=True
-            )
-        )
+        pks = selectors.delivery_pks(data.validated_data["ids"])
         count = delivery_replay(delivery_pks=pks, actor=f"api:{request.user.get_username()}")
         return Response({"replayed": count, "requested": len(data.validated_data["ids"])})

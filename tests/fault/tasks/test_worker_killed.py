@@ -19,6 +19,7 @@ from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
 from tasks import services
+from tasks.job_names import SWEEP_DISPATCHES_JOB
 from tasks.models import DispatchState, EventKind, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TERMINAL_STATES, TaskState
 from tasks.sweeper import EXECUTOR_LOST_MESSAGE
@@ -28,7 +29,7 @@ from tests.processes import wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 S = TaskState
-SWEEP_JOB = "tasks.sweep_dispatches"
+SWEEP_JOB = SWEEP_DISPATCHES_JOB
 TIMINGS = {
     "A2A_SWEEP_INTERVAL_SECONDS": "1",
     "A2A_DISPATCH_UNCLAIMED_SECONDS": "2",

@@ -28,9 +28,15 @@ from jwt.api_jwk import PyJWK
 from a2a_platform.protocol import app as protocol_app
 from a2a_platform.protocol import common
 from agents import readiness
-from agents.cards import EmptyCardValue, sign_card
+from agents.card_signing import EmptyCardValue, sign_card
 from agents.models import AuthMode, CardVersion, WorkerHeartbeat
-from agents.signing import b64url_decode, b64url_encode, ensure_signing_key, jwks
+from agents.signing import (
+    b64url_decode,
+    b64url_encode,
+    ensure_signing_key,
+    jwks,
+    signing_key_create,
+)
 from tasks.models import Task
 from tests.factories import AgentFactory, user_message
 from tests.integration.protocol.conftest import wire as protocol_wire  # noqa: F401 (fixture)
@@ -67,7 +73,8 @@ def wire(protocol_wire, settings):  # noqa: F811 (pytest passes the imported fix
 
 @pytest.fixture
 def agent(transactional_db):
-    return AgentFactory(
+    """An agent with its signing key, as agent_create makes one."""
+    agent = AgentFactory(
         slug="signed",
         name="Signed Agent",
         description="An agent whose card is signed",
@@ -79,6 +86,8 @@ def agent(transactional_db):
         provider_url="https://example.org",
         documentation_url="https://example.org/docs",
     )
+    signing_key_create(agent=agent)
+    return agent
 
 
 def card_path(agent) -> str:

@@ -17,11 +17,12 @@ from tests.factories import user_message
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True, params=["postgres", "portable"])
-def store(request, monkeypatch):
-    chosen = {"postgres": task_store.PostgresStore, "portable": task_store.PortableStore}
-    monkeypatch.setattr(services, "store", chosen[request.param])
-    monkeypatch.setattr(selectors, "store", chosen[request.param])
+@pytest.fixture(autouse=True, params=["postgres", "orm"])
+def store(request, settings):
+    """Every caller of the task store follows the switch (tasks.task_store.get_task_store)."""
+    settings.A2A_STORE = request.param
+    expected = {"postgres": task_store.PgTaskStore, "orm": task_store.OrmTaskStore}
+    assert type(task_store.get_task_store()) is expected[request.param]
     return request.param
 
 
@@ -303,3 +304,15 @@ def test_task_send_claims_a_receipt_once_and_replays_retries(agent):
     retried = services.task_send(agent=agent, owner="a", message=follow, request_hash="h2")
     assert retried.replayed
     assert Task.objects.get(pk=sent.task.pk).messages.count() == 2
+
+
+def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):
+    """Outermost services (durable): folded into a caller's transaction, their NOTIFY and
+    jobs would silently move to the caller's commit."""
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        services.task_send(agent=agent, owner="a", message=user_message())
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        services.task_cancel(task_id=task.id)
+    assert Task.objects.count() == 1
+    assert Task.objects.get().state == TaskState.SUBMITTED

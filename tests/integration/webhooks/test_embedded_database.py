@@ -1,7 +1,7 @@
 """The outbox on the embedded database of `make run` (SQLite, file-system broker), in a
 process of its own: lifecycle writes, then registration writes the snapshot, a claim signs it,
 a record delivers it, and the next claim finds nothing (webhooks/outbox_store.OrmOutboxStore
-and tasks/task_store.PortableStore for real, where test_outbox.py and test_services.py run
+and tasks/task_store.OrmTaskStore for real, where test_outbox.py and test_services.py run
 them on PostgreSQL)."""
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ push_config_create(
     task=task,
     config={"id": "c", "url": "http://127.0.0.1:9/hook", "authentication": {"scheme": "Bearer"}},
 )
-claims = delivery_claim_batch(limit=10)
+claims = delivery_claim_batch(limit=10).claims
 ok = TransportResult(200, {}, "", 1.0, None, None)
 outcomes = delivery_record_many([(claim, ok) for claim in claims])
 print(json.dumps({
     "vendor": connection.vendor,
     "store": type(outbox_store.get_outbox_store()).__name__,
-    "task_store": type(task_store.store()).__name__,
+    "task_store": type(task_store.get_task_store()).__name__,
     "events": list(TaskEvent.objects.order_by("seq").values_list("seq", "kind")),
     "artifact": task.artifacts.get().parts,
     "status": task.__class__.objects.get(pk=task.pk).status_message["parts"],
@@ -51,7 +51,7 @@ print(json.dumps({
     "outcomes": [o.state for o in outcomes],
     "deliveries": list(Delivery.objects.values_list("state", "attempts")),
     "attempts": list(DeliveryAttempt.objects.values_list("number", "status")),
-    "again": len(delivery_claim_batch(limit=10)),
+    "again": len(delivery_claim_batch(limit=10).claims),
 }))
 """
 
@@ -84,7 +84,7 @@ def test_make_runs_embedded_database_claims_signs_and_records(tmp_path):
 
     assert result["vendor"] == "sqlite"
     assert result["store"] == "OrmOutboxStore"
-    assert result["task_store"] == "PortableStore"
+    assert result["task_store"] == "OrmTaskStore"
     assert result["events"] == [[1, "status"], [2, "status"], [3, "artifact"], [4, "artifact"]]
     assert result["artifact"] == [{"text": "0"}, {"text": "1"}]
     assert result["status"] == [{"text": "on it"}]

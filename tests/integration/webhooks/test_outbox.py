@@ -32,7 +32,6 @@ from webhooks.delivery import (
     delivery_claim_head,
     delivery_record,
     delivery_record_many,
-    delivery_replay,
 )
 from webhooks.models import (
     Alert,
@@ -45,7 +44,12 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.retention import purge_old_rows
-from webhooks.services import endpoint_pause, endpoint_resume, push_config_create
+from webhooks.services import (
+    delivery_replay,
+    endpoint_pause,
+    endpoint_resume,
+    push_config_create,
+)
 from webhooks.services import push_config_delete as delete_config
 from webhooks.transport import TransportResult
 
@@ -441,13 +445,13 @@ def test_a_batch_claims_one_head_per_config_within_endpoint_caps(agent, clock, s
     for task in tasks:  # a second delivery behind every head
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
 
-    claims = delivery_claim_batch(limit=10)
+    claims = delivery_claim_batch(limit=10).claims
     # One head per config; the shared endpoint's cap (2) leaves its third config waiting.
     assert [c.config_pk for c in claims] == [shared[0].pk, shared[1].pk, other.pk]
     assert [c.delivery_pk for c in claims] == [
         deliveries(push)[0].pk for push in (shared[0], shared[1], other)
     ]
-    assert delivery_claim_batch(limit=10) == []  # heads in flight; the third config at cap
+    assert delivery_claim_batch(limit=10).claims == ()  # heads in flight; the third config at cap
 
     outcomes = delivery_record_many(
         [(claims[0], result(200)), (claims[1], result(503)), (claims[2], result(404))]
@@ -464,7 +468,7 @@ def test_a_batch_claims_one_head_per_config_within_endpoint_caps(agent, clock, s
     # A failure in the batch makes the shared endpoint a failing one: one try in flight.
     shared_endpoint = Endpoint.objects.get(origin="https://hooks.example.org:443")
     assert shared_endpoint.consecutive_failures == 1
-    nxt = delivery_claim_batch(limit=10)
+    nxt = delivery_claim_batch(limit=10).claims
     on_shared = [c for c in nxt if c.config_pk in {push.pk for push in shared}]
     assert len(on_shared) == 1
     assert [c.delivery_pk for c in nxt if c.config_pk == other.pk] == [deliveries(other)[1].pk]
@@ -500,18 +504,18 @@ def test_a_saturated_endpoint_does_not_starve_the_others(agent, clock, schedules
     busy = [register(task, f"busy-{i}") for i in range(3)]  # the longest-waiting heads
     calm = register(task, "calm", url="https://calm.example.org/")
 
-    first = delivery_claim_batch(limit=2)
+    first = delivery_claim_batch(limit=2).claims
     assert [c.config_pk for c in first] == [busy[0].pk]  # busy-1 waits: its endpoint is at cap
     # The busy endpoint's other heads step back instead of filling the next batch again.
-    second = delivery_claim_batch(limit=2)
+    second = delivery_claim_batch(limit=2).claims
     assert [c.config_pk for c in second] == [calm.pk]
     for push in busy[1:]:
         assert deliveries(push)[0].attempts == 0  # waiting spent no try
     clock.shift(settings.A2A_WEBHOOK_CAP_WAIT_SECONDS + 0.01)
-    assert delivery_claim_batch(limit=5) == []  # still at cap: busy-0 is in flight
+    assert delivery_claim_batch(limit=5).claims == ()  # still at cap: busy-0 is in flight
     delivery_record(claim=first[0], result=result(200))
     clock.shift(settings.A2A_WEBHOOK_CAP_WAIT_SECONDS + 0.01)
-    assert [c.config_pk for c in delivery_claim_batch(limit=5)] == [busy[1].pk]
+    assert [c.config_pk for c in delivery_claim_batch(limit=5).claims] == [busy[1].pk]
 
 
 @pytest.mark.parametrize(

@@ -345,7 +345,7 @@ def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
         try:
             idle_since = time.monotonic()
             while time.monotonic() - idle_since < 1.0:
-                claims = delivery_claim_batch(limit=3)
+                claims = delivery_claim_batch(limit=3).claims
                 if not claims:
                     time.sleep(0.005)
                     continue

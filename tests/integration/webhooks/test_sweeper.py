@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from tests.webhook_checks import configure, open_task
 from webhooks import heads
-from webhooks.delivery import delivery_claim_batch, due_configs
+from webhooks.delivery import delivery_claim_batch
 from webhooks.models import Delivery
+from webhooks.selectors import due_configs
 from webhooks.services import endpoint_pause, endpoint_resume
 
 pytestmark = pytest.mark.django_db
@@ -87,7 +88,7 @@ def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(scripted_agent
     endpoint = first.bindings.get().endpoint
     assert second.bindings.get().endpoint == endpoint  # one origin
     endpoint_pause(endpoint_pk=endpoint.pk, actor="ops")
-    assert delivery_claim_batch(limit=10) == []  # held: the claim parks both configs
+    assert delivery_claim_batch(limit=10).claims == ()  # held: the claim parks both configs
     assert due_configs() == []  # nothing for the sweeper to wake a pump for
     assert [d.attempts for d in Delivery.objects.filter(config__in=[first, second])] == [0] * 6
 

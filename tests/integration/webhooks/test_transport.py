@@ -526,7 +526,7 @@ def test_a_real_delivery_goes_out_with_each_header_once(agent, allow_loopback):
                 "authentication": {"scheme": "Bearer"},
             },
         )
-        [claim] = delivery_claim_batch(limit=1)
+        [claim] = delivery_claim_batch(limit=1).claims
         result = post(claim.url, claim.body, claim.headers, timeout=5)
         server.join(timeout=5)
 

@@ -17,7 +17,7 @@ from tasks import services
 from tasks.states import TaskState
 from tests.webhook_checks import assert_delivered, open_task, start_worker, wait_all
 from webhooks import wake
-from webhooks.delivery import due_configs
+from webhooks.selectors import due_configs
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

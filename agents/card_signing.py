@@ -4,6 +4,7 @@ recorded as card versions so an operator can tell which card a client may still 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,9 @@ from django.utils import timezone
 from jwt import api_jws
 
 from agents.models import Agent, CardVersion
-from agents.signing import ensure_signing_key, private_key
+from agents.signing import active_signing_key, private_key
+
+logger = logging.getLogger(__name__)
 
 LAST_SERVED_WRITE_EVERY = timedelta(minutes=1)
 
@@ -43,11 +46,20 @@ def canonical_payload(card: dict[str, Any]) -> bytes:
 
 
 def sign_card(agent: Agent, card: dict[str, Any], *, jwks_url: str) -> dict[str, Any]:
-    """Add a detached-payload JWS (EdDSA, the agent's active key) over the canonical card."""
+    """Add a detached-payload JWS (EdDSA, the agent's active key) over the canonical card.
+
+    Reads the key, never creates one (agents get theirs when created: agent_create,
+    migration 0006). An agent without one, made outside the services, is served its card
+    unsigned (signatures are optional in the card; verifiers that require one refuse it) and
+    an error is logged, rather than a 500 for a read.
+    """
     empty = empty_value_paths({k: v for k, v in card.items() if k != "signatures"})
     if empty:
         raise EmptyCardValue(f"empty values in the card: {', '.join(empty[:5])}")
-    key = ensure_signing_key(agent)
+    key = active_signing_key(agent)
+    if key is None:
+        logger.error("agents.card.unsigned", extra={"agent": agent.slug})
+        return card
     token = api_jws.encode(
         payload=canonical_payload(card),
         key=private_key(key),

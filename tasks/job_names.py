@@ -1,0 +1,11 @@
+"""The tasks app's Celery job names, defined once: the jobs' decorators (tasks/jobs.py), the
+senders, the queue routes and the beat schedules all use these. No Django import, so the Celery
+app's configuration (a2a_platform/celery.py) may import it before the apps load.
+"""
+
+from __future__ import annotations
+
+# Runs one executor dispatch (queue `agents`); sent after commit by tasks/dispatch.py.
+RUN_EXECUTOR_JOB = "tasks.run_executor"
+# The dispatch sweeper on beat (queue `heartbeat`): tasks/sweeper.dispatch_sweep.
+SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"

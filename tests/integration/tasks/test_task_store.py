@@ -1,0 +1,325 @@
+"""The task store contract: each TaskStore method, called on both implementations against
+PostgreSQL, leaves the same rows and returns the same values (as Django runs one test suite per
+database backend).
+
+Each scenario runs once per store in a transaction rolled back afterwards, with the clock frozen
+and the task's id fixed, so the two runs write identical rows; database-generated ids (the
+sequences move on between the runs) are left out of the comparison, and each scenario checks
+instead that the objects carry the ids their rows got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models, transaction
+
+from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
+from tasks.states import TaskState
+from tasks.task_store import OrmTaskStore, PgTaskStore, TaskStore, get_task_store
+from tests.factories import AgentFactory
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2031, 5, 4, 12, 0, 0, tzinfo=UTC)
+TASK_PK = uuid.UUID("00000000-0000-4000-8000-000000000001")
+STORES: dict[str, TaskStore] = {"postgres": PgTaskStore(), "orm": OrmTaskStore()}
+ROW_MODELS = (Task, Message, Artifact, TaskEvent, ExecutorDispatch, MessageReceipt)
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _fields(obj: models.Model) -> dict[str, Any]:
+    """A row's values by attname, without a database-generated id."""
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if not isinstance(f, models.AutoField)
+    }
+
+
+def _rows() -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for model in ROW_MODELS:
+        rows = [_fields(obj) for obj in model.objects.order_by("pk")]
+        out[model.__name__] = sorted(rows, key=repr)
+    return out
+
+
+def _value(value: Any) -> Any:
+    """A return value in comparable form (model instances by their fields)."""
+    if isinstance(value, models.Model):
+        return (type(value).__name__, _fields(value))
+    if isinstance(value, list | tuple):
+        return [_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _value(v) for k, v in value.items()}
+    return value
+
+
+def both(scenario: Callable[[TaskStore], Any]) -> Any:
+    """Run `scenario` on each store; assert equal return values and rows; return them."""
+    seen = {}
+    for name, store in STORES.items():
+        with contextlib.suppress(_Rollback), transaction.atomic():
+            seen[name] = {"value": _value(scenario(store)), "rows": _rows()}
+            raise _Rollback
+    assert seen["postgres"] == seen["orm"]
+    return seen["postgres"]
+
+
+@pytest.fixture(autouse=True)
+def frozen(time_machine):
+    time_machine.move_to(T0, tick=False)
+    return time_machine
+
+
+def _open(store: TaskStore, agent, *, pk: uuid.UUID = TASK_PK, owner: str = "o") -> Task:
+    task = Task(
+        id=pk,
+        agent=agent,
+        owner=owner,
+        context_id="ctx",
+        state=TaskState.SUBMITTED.value,
+        status_timestamp=T0,
+        metadata={"m": 1},
+        last_seq=1,
+    )
+    message = Message(
+        task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}], metadata={}
+    )
+    event = TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0)
+    dispatch = ExecutorDispatch(task=task, not_before=T0, progress={}, enqueues=1)
+    store.open_task(task, message, event, dispatch)
+    return task
+
+
+def _message(task: Task, message_id: str) -> Message:
+    message = Message(
+        task=task, message_id=message_id, role="ROLE_AGENT", parts=[{"text": message_id}]
+    )
+    message.save(force_insert=True)
+    return message
+
+
+def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
+    def scenario(store):
+        task = Task(
+            id=TASK_PK,
+            agent=agent,
+            owner="o",
+            context_id="ctx",
+            state=TaskState.SUBMITTED.value,
+            status_timestamp=T0,
+            last_seq=1,
+        )
+        rows = (
+            Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
+            TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
+            ExecutorDispatch(task=task, not_before=T0, progress={"p": 1}, enqueues=1),
+        )
+        result = store.open_task(task, *rows)
+        ids_match = [type(r).objects.get(task=task).pk == r.pk for r in rows]
+        saved = [r._state.adding for r in (task, *rows)]
+        return result, task, *rows, ids_match, saved
+
+    seen = both(scenario)
+    assert seen["value"][-2:] == [[True, True, True], [False, False, False, False]]
+    assert {name: len(rows) for name, rows in seen["rows"].items()} == {
+        "Task": 1,
+        "Message": 1,
+        "Artifact": 0,
+        "TaskEvent": 1,
+        "ExecutorDispatch": 1,
+        "MessageReceipt": 0,
+    }
+
+
+def test_claim_receipt_inserts_once_then_refuses_the_retry(agent):
+    def scenario(store):
+        _open(store, agent)
+        first = MessageReceipt(
+            agent=agent, owner="o", message_id="m1", request_hash="h", task_id=TASK_PK
+        )
+        claimed = store.claim_receipt(first)
+        retry = MessageReceipt(
+            agent=agent, owner="o", message_id="m1", request_hash="h2", task_id=TASK_PK
+        )
+        claimed_again = store.claim_receipt(retry)
+        # The caller's transaction goes on after a refused claim.
+        other = MessageReceipt(
+            agent=agent, owner="p", message_id="m1", request_hash="h", task_id=TASK_PK
+        )
+        return (
+            claimed,
+            claimed_again,
+            store.claim_receipt(other),
+            MessageReceipt.objects.get(owner="o").pk == first.pk,
+            retry.pk,
+        )
+
+    seen = both(scenario)
+    assert seen["value"] == [True, False, True, True, None]
+    assert [r["request_hash"] for r in seen["rows"]["MessageReceipt"]] == ["h", "h"]
+
+
+def test_lock_returns_the_task_with_its_agent_or_none(agent):
+    def scenario(store):
+        _open(store, agent)
+        task = store.lock(TASK_PK)
+        return task, _fields(task.agent), task._state.adding, store.lock(uuid.uuid4())
+
+    seen = both(scenario)
+    assert seen["value"][1]["slug"] == agent.slug
+    assert seen["value"][2:] == [False, None]
+
+
+def test_visible_only_to_the_tasks_agent_and_owner(agent):
+    other_agent = AgentFactory()
+
+    def scenario(store):
+        _open(store, agent)
+        return (
+            store.visible(agent.pk, "o", TASK_PK),
+            store.visible(agent.pk, "someone else", TASK_PK),
+            store.visible(other_agent.pk, "o", TASK_PK),
+            store.visible(agent.pk, "o", uuid.uuid4()),
+        )
+
+    seen = both(scenario)
+    assert seen["value"][0][1]["id"] == TASK_PK
+    assert seen["value"][1:] == [None, None, None]
+
+
+def test_history_oldest_first_all_or_the_newest_n(agent):
+    def scenario(store):
+        task = _open(store, agent)
+        _message(task, "m2")
+        _message(task, "m3")
+        got = {n: store.history(task, n) for n in (None, 0, 2, 10)}
+        same_task = all(m.task is task for messages in got.values() for m in messages)
+        return {n: [m.message_id for m in ms] for n, ms in got.items()}, got[None], same_task
+
+    seen = both(scenario)
+    ids, _, same_task = seen["value"]
+    assert ids == {None: ["m1", "m2", "m3"], 0: [], 2: ["m2", "m3"], 10: ["m1", "m2", "m3"]}
+    assert same_task
+
+
+def test_save_artifact_inserts_then_replaces_in_place_and_artifact_reads_it(agent, frozen):
+    def scenario(store):
+        task = _open(store, agent)
+        first = Artifact(task=task, artifact_id="a", name="one", parts=[{"text": "1"}])
+        inserted = store.save_artifact(first)
+        first_pk = first.pk
+        missing = store.artifact(task, "nope")
+        frozen.move_to(T0 + timedelta(seconds=5), tick=False)
+        existing = store.artifact(task, "a")
+        existing.parts = existing.parts + [{"text": "2"}]
+        existing.chunks += 1
+        existing.complete = True
+        store.save_artifact(existing)
+        second = Artifact(task=task, artifact_id="b", parts=[{"text": "b"}])
+        store.save_artifact(second)
+        frozen.move_to(T0, tick=False)
+        listed = store.artifacts(task)
+        return (
+            inserted,
+            missing,
+            existing.pk == first_pk,
+            existing.created_at,
+            store.artifact(task, "a"),
+            [a.artifact_id for a in listed],
+            [a.pk for a in listed] == sorted(a.pk for a in listed),
+        )
+
+    seen = both(scenario)
+    inserted, missing, kept_pk, created_at, stored, order, by_id = seen["value"]
+    assert (inserted, missing, kept_pk, created_at) == (None, None, True, T0)
+    assert stored[1]["parts"] == [{"text": "1"}, {"text": "2"}]
+    assert stored[1]["updated_at"] == T0 + timedelta(seconds=5)
+    assert (order, by_id) == (["a", "b"], True)
+
+
+def test_append_event_writes_the_event_and_the_tasks_lifecycle_fields(agent, frozen):
+    def scenario(store):
+        task = store.lock(_open(store, agent).pk)
+        frozen.move_to(T0 + timedelta(seconds=3), tick=False)
+        task.state = TaskState.WORKING.value
+        task.status_timestamp = T0 + timedelta(seconds=2)
+        task.status_message = {"role": "ROLE_AGENT"}
+        task.last_seq = 2
+        task.metadata = {"not": "a lifecycle field"}  # must not be written
+        event = TaskEvent(task=task, seq=2, kind="status", payload={"s": 2}, created_at=T0)
+        result = store.append_event(task, event)
+        frozen.move_to(T0, tick=False)
+        return result, event.pk == TaskEvent.objects.get(seq=2).pk, task.updated_at
+
+    seen = both(scenario)
+    assert seen["value"] == [None, True, T0 + timedelta(seconds=3)]
+    (task,) = seen["rows"]["Task"]
+    assert (task["state"], task["last_seq"], task["metadata"]) == (
+        TaskState.WORKING.value,
+        2,
+        {"m": 1},
+    )
+    assert task["updated_at"] == T0 + timedelta(seconds=3)
+    assert [e["seq"] for e in seen["rows"]["TaskEvent"]] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [("auto", PgTaskStore), ("orm", OrmTaskStore), ("postgres", PgTaskStore)],
+)
+def test_get_task_store_follows_the_setting(settings, choice, expected):
+    settings.A2A_STORE = choice
+    assert type(get_task_store()) is expected
+
+
+def test_get_task_store_refuses_postgres_on_another_database_and_unknown_values(
+    settings, monkeypatch
+):
+    from django.db import connection
+
+    settings.A2A_STORE = "nonsense"
+    with pytest.raises(ImproperlyConfigured):
+        get_task_store()
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    settings.A2A_STORE = "postgres"
+    with pytest.raises(ImproperlyConfigured):
+        get_task_store()
+    settings.A2A_STORE = "auto"
+    assert type(get_task_store()) is OrmTaskStore
+
+
+@pytest.mark.parametrize("choice", ["orm", "postgres"])
+def test_services_and_selectors_use_the_store_the_setting_chooses(
+    agent, settings, monkeypatch, choice
+):
+    from tasks import selectors, services
+    from tests.factories import user_message
+
+    settings.A2A_STORE = choice
+    used = []
+    for cls in (PgTaskStore, OrmTaskStore):
+        for method in ("open_task", "visible"):
+            original = getattr(cls, method)
+            name = f"{cls.__name__}.{method}"
+
+            def spy(self, *args, _original=original, _name=name):
+                used.append(_name)
+                return _original(self, *args)
+
+            monkeypatch.setattr(cls, method, spy)
+    task = services.task_create(agent=agent, owner="o", message=user_message())
+    assert selectors.task_for_owner(agent_id=agent.pk, owner="o", task_id=task.pk) is not None
+    prefix = {"orm": "OrmTaskStore", "postgres": "PgTaskStore"}[choice]
+    assert used == [f"{prefix}.open_task", f"{prefix}.visible"]

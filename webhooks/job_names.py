@@ -1,0 +1,7 @@
+"""The webhooks app's Celery job names, defined once (a leaf module: no imports), used by the
+job decorators (webhooks/jobs.py) and by everything that sends, routes or schedules them."""
+
+DELIVER_JOB = "webhooks.deliver"
+SWEEP_DELIVERIES_JOB = "webhooks.sweep_deliveries"
+PURGE_OLD_ROWS_JOB = "webhooks.purge_old_rows"
+HEARTBEAT_JOB = "heartbeat.beat"
