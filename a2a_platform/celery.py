@@ -5,6 +5,10 @@ import os
 from celery import Celery
 from kombu import Queue
 
+# Leaf modules (no Django import): safe before the apps load.
+from tasks.job_names import SWEEP_DISPATCHES_JOB
+from webhooks.job_names import PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
 
 app = Celery("a2a_platform")
@@ -13,9 +17,9 @@ app.conf.task_queues = (Queue("agents"), Queue("webhooks"), Queue("heartbeat"))
 app.conf.task_routes = {
     # Safety nets run on `heartbeat`: a backlog or a missing consumer on `agents` or
     # `webhooks` must not stop the jobs that recover those queues' lost work.
-    "tasks.sweep_dispatches": {"queue": "heartbeat"},
-    "webhooks.sweep_deliveries": {"queue": "heartbeat"},
-    "webhooks.purge_old_rows": {"queue": "heartbeat"},
+    SWEEP_DISPATCHES_JOB: {"queue": "heartbeat"},
+    SWEEP_DELIVERIES_JOB: {"queue": "heartbeat"},
+    PURGE_OLD_ROWS_JOB: {"queue": "heartbeat"},
     "tasks.*": {"queue": "agents"},
     "webhooks.*": {"queue": "webhooks"},
     "heartbeat.*": {"queue": "heartbeat"},

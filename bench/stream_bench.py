@@ -241,8 +241,6 @@ def notify_cost(agent, transitions: int) -> None:
     median of five each (the machine is shared: single runs are noisy)."""
     from django.db import connection
 
-    import tasks.services as services_module
-
     def burst(threads_n: int) -> float:
         task_ids = [new_task(agent) for _ in range(threads_n)]
         per = transitions // threads_n
@@ -265,16 +263,17 @@ def notify_cost(agent, transitions: int) -> None:
             w.join()
         return per * threads_n / (time.monotonic() - started)
 
-    from tasks.task_store import PostgresStore
+    from tasks import task_store
 
-    original, quiet = services_module.store, PostgresStore(notify=False)
+    # The PostgreSQL store get_task_store() hands out, swapped for one that sends no NOTIFY.
+    original, quiet = task_store._PG, task_store.PgTaskStore(notify=False)
     try:
         for threads_n in (1, 4):
             rates: dict[str, list[float]] = {"with NOTIFY": [], "without NOTIFY": []}
             for _ in range(5):
-                services_module.store = original
+                task_store._PG = original
                 rates["with NOTIFY"].append(burst(threads_n))
-                services_module.store = lambda: quiet
+                task_store._PG = quiet
                 rates["without NOTIFY"].append(burst(threads_n))
             for name, runs in rates.items():
                 print(
@@ -287,7 +286,7 @@ def notify_cost(agent, transitions: int) -> None:
                 f"{100 * (with_ - without) / without:+.1f} %"
             )
     finally:
-        services_module.store = original
+        task_store._PG = original
 
 
 def coalescing(agent, db: str) -> None:
