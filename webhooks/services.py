@@ -32,6 +32,7 @@ from agents import readiness
 from agents.models import Agent
 from tasks import wire
 from tasks.errors import InvalidPayload
+from tasks.job_names import SWEEP_DISPATCHES_JOB
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
@@ -317,10 +318,6 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
     return len(rows)
 
 
-# The tasks app's dispatch sweeper (tasks.job_names.SWEEP_DISPATCHES_JOB).
-_SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"
-
-
 def delivery_sweep() -> int:
     """The outbox's safety net, run by the beat sweeper: vacuum the queue tables when they
     need it (webhooks/maintenance.py), repair configs whose head time went missing
@@ -344,7 +341,7 @@ def worker_register(*, hostname: str, queues: list[str]) -> None:
         # A flag left by a pump that died with a previous worker must not hold this one back.
         reenqueued = wake(force=True) and reenqueued
     if "agents" in queues or "heartbeat" in queues:
-        reenqueued = send_job(_SWEEP_DISPATCHES_JOB, []) and reenqueued
+        reenqueued = send_job(SWEEP_DISPATCHES_JOB, []) and reenqueued
     readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)
 
 
