@@ -115,7 +115,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     and one write (webhooks/outbox_store.py)."""
     now = timezone.now()
     outbox = get_outbox_store()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # the pump's: never inside another transaction
         rows = outbox.claim_read(now, limit, config_pks)
         if not rows:
             return ClaimBatch()
@@ -218,7 +218,7 @@ def delivery_record_many(
     now = timezone.now()
     outbox = get_outbox_store()
     config_pks = sorted({claim.config_pk for claim, _ in results})
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # the pump's: never inside another transaction
         heads.lock(config_pks)
         current = outbox.record_read([claim.delivery_pk for claim, _ in results])
         outcomes: list[Outcome | None] = []

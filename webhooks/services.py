@@ -1,6 +1,12 @@
-"""Push-config services: create (a new binding version), read, delete, and the outbox hook.
+"""The webhooks app's writes: push configs (the registration gate, check, create as a new
+binding version, delete), the outbox hook, operator actions (pause and resume an endpoint,
+resolve an alert, replay deliveries; each audited), the sweeper's `delivery_sweep` and the
+workers' `worker_register` / `worker_heartbeat`. Reads are in webhooks/selectors.py; claims
+and records in webhooks/delivery.py.
 
-Each write is one transaction. Registration locks the task row, so it serialises with every
+Each write is one transaction; the operator actions are always the outermost one
+(`atomic(durable=True)`), `push_config_create` is not (SendMessage registers its inline
+config inside its own transaction). Registration locks the task row, so it serialises with every
 lifecycle transition of the task: a transition either committed before (and the snapshot
 delivery written here shows its result) or commits after and sees the new binding in its
 outbox hook. A registration therefore misses nothing.
@@ -26,6 +32,7 @@ from agents import readiness
 from agents.models import Agent
 from tasks import wire
 from tasks.errors import InvalidPayload
+from tasks.job_names import SWEEP_DISPATCHES_JOB
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
@@ -34,6 +41,7 @@ from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
+    Alert,
     Delivery,
     DeliveryState,
     Endpoint,
@@ -248,45 +256,41 @@ def on_task_event(task: Task, event: TaskEvent) -> None:
         wake_on_commit()
 
 
-def open_deliveries_exist(config_pk: int) -> bool:
-    return Delivery.objects.filter(config_id=config_pk, state__in=OPEN_DELIVERY_STATES).exists()
-
-
+@transaction.atomic(durable=True)
 def endpoint_pause(*, endpoint_pk: int, actor: str, reason: str = "paused by an operator") -> None:
-    """A paused endpoint holds its deliveries (they are not tried, nor dead-lettered)."""
-    with transaction.atomic():
-        Endpoint.objects.filter(pk=endpoint_pk, paused_at__isnull=True).update(
-            paused_at=timezone.now(), paused_reason=reason[:300]
-        )
-        OperatorAction.record(actor, "pause_endpoint", {"endpoint": endpoint_pk})
+    """A paused endpoint holds its deliveries (they are not tried, nor dead-lettered).
+    Audited; the outermost transaction: never inside another."""
+    Endpoint.objects.filter(pk=endpoint_pk, paused_at__isnull=True).update(
+        paused_at=timezone.now(), paused_reason=reason[:300]
+    )
+    OperatorAction.record(actor, "pause_endpoint", {"endpoint": endpoint_pk})
 
 
+@transaction.atomic(durable=True)
 def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
-    """Resume an endpoint: a pump claims what waited on it."""
-    with transaction.atomic():
-        Endpoint.objects.filter(pk=endpoint_pk).update(
-            paused_at=None, paused_reason="", consecutive_failures=0
-        )
-        OperatorAction.record(actor, "resume_endpoint", {"endpoint": endpoint_pk})
-        waiting = Delivery.objects.filter(
-            binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
-        ).values_list("config_id", flat=True)
-        heads.refresh(heads.lock(waiting))  # parked configs are due again
-        wake_on_commit()
+    """Resume an endpoint: a pump claims what waited on it. Audited; the outermost
+    transaction: never inside another."""
+    Endpoint.objects.filter(pk=endpoint_pk).update(
+        paused_at=None, paused_reason="", consecutive_failures=0
+    )
+    OperatorAction.record(actor, "resume_endpoint", {"endpoint": endpoint_pk})
+    waiting = Delivery.objects.filter(
+        binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
+    ).values_list("config_id", flat=True)
+    heads.refresh(heads.lock(waiting))  # parked configs are due again
+    wake_on_commit()
 
 
+@transaction.atomic(durable=True)
 def alert_resolve(*, alert_pk: int, actor: str) -> None:
-    from webhooks.models import Alert
-
-    with transaction.atomic():
-        Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(
-            resolved_at=timezone.now()
-        )
-        OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
+    """Resolve an open alert (audited). The outermost transaction: never inside another."""
+    Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(resolved_at=timezone.now())
+    OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
 
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
-    """Re-open dead-lettered or delivered deliveries (same event id) and audit it."""
+    """Re-open dead-lettered or delivered deliveries (same event id) and audit it. The
+    outermost transaction: never inside another."""
     now = timezone.now()
     replayable = Delivery.objects.filter(
         pk__in=delivery_pks,
@@ -294,7 +298,7 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
         # A deleted config's client asked to stop: nothing of it is sent again.
         config__deleted_at__isnull=True,
     )
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         config_pks = heads.lock(replayable.values_list("config_id", flat=True))
         rows = list(
             replayable.filter(config_id__in=config_pks)
@@ -312,10 +316,6 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
         if rows:
             wake_on_commit()
     return len(rows)
-
-
-# The tasks app's dispatch sweeper (tasks.job_names.SWEEP_DISPATCHES_JOB).
-_SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"
 
 
 def delivery_sweep() -> int:
@@ -341,7 +341,7 @@ def worker_register(*, hostname: str, queues: list[str]) -> None:
         # A flag left by a pump that died with a previous worker must not hold this one back.
         reenqueued = wake(force=True) and reenqueued
     if "agents" in queues or "heartbeat" in queues:
-        reenqueued = send_job(_SWEEP_DISPATCHES_JOB, []) and reenqueued
+        reenqueued = send_job(SWEEP_DISPATCHES_JOB, []) and reenqueued
     readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)
 
 

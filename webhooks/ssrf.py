@@ -136,7 +136,6 @@ _V4_FORBIDDEN: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
     (_V4("240.0.0.0/4"), "reserved"),
 )
 
-_V6_MAPPED = _V6("::ffff:0:0/96")
 _V6_NAT64 = _V6("64:ff9b::/96")
 _V6_6TO4 = _V6("2002::/16")
 _V6_TEREDO = _V6("2001::/32")

@@ -147,7 +147,8 @@ def post(
 
 
 def close_client() -> None:
-    """Close the process's connections (worker shutdown, tests); the next send opens anew."""
+    """Close the process's connections; the next send opens anew. Only tests call it (to
+    make the next send open a new connection); a worker's connections end with its process."""
     sender = _current
     if sender is not None and sender.pid == os.getpid():
         asyncio.run_coroutine_threadsafe(sender.close_session(), sender.loop).result(timeout=10)

@@ -37,10 +37,10 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 class DeliverySerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="event_id")
-    taskId = serializers.UUIDField(source="task_id")  # noqa: N815
+    taskId = serializers.UUIDField(source="task_id")
     agent = serializers.CharField(source="task.agent.slug")
-    configId = serializers.CharField(source="config.config_id")  # noqa: N815
-    bindingVersion = serializers.IntegerField(source="binding.version")  # noqa: N815
+    configId = serializers.CharField(source="config.config_id")
+    bindingVersion = serializers.IntegerField(source="binding.version")
     endpoint = serializers.CharField(source="binding.endpoint.origin")
 
     class Meta:

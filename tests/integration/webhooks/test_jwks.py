@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.signing import jwks, signing_key_retire, signing_key_rotate
+from agents.signing import jwks, signing_key_create, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,11 +29,13 @@ def kids(document: dict) -> list[str]:
 
 def test_jwks_of_the_default_agent_is_served_at_the_root_as_at_its_tenant_path(wire, agent):
     other = AgentFactory(slug="not-default", executor="external")
+    for each in (agent, other):  # their first key, as agent_create writes it with the agent
+        signing_key_create(agent=each)
     tenant_path = f"/{agent.slug}/.well-known/jwks.json"
 
     root = served(wire, ROOT)
     assert root == served(wire, tenant_path) == jwks(agent)
-    assert len(root["keys"]) == 1  # created on first use
+    assert len(root["keys"]) == 1  # the key it was created with
     assert root["keys"][0]["kty"] == "OKP"
     assert root["keys"][0]["crv"] == "Ed25519"
     # Another agent has keys of its own, served at its path only.
