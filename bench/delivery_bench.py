@@ -863,7 +863,7 @@ def finish_profile(running: dict) -> dict:
 
 # Phases of a delivery pump: the first of these functions found in a sample's stack.
 _PHASES = (
-    ("claim: _headers (keys, sign)", "_headers (webhooks/delivery.py"),
+    ("claim: _headers (keys, sign)", "delivery_headers (webhooks/delivery_headers.py"),
     ("claim: the rest", "delivery_claim_batch ("),
     ("record", "delivery_record_many ("),
     ("sender loop (transport, asyncio)", "webhook-sender"),

@@ -29,12 +29,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from webhooks import heads, retry_policy
-from webhooks.delivery_headers import (  # noqa: F401 (_signer, _signers: the cache's tests)
-    _signer,
-    _signers,
-    delivery_headers,
-    redact,
-)
+from webhooks.delivery_headers import delivery_headers, redact
 from webhooks.endpoint_health import (
     alert_raise,
     endpoint_health_track,

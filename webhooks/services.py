@@ -50,11 +50,7 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.outbox_store import get_outbox_store
-from webhooks.selectors import (  # noqa: F401 (current_binding(s): the protocol's)
-    current_binding,
-    current_bindings,
-    due_configs,
-)
+from webhooks.selectors import due_configs
 from webhooks.ssrf import UnsafeDestination, check_url
 from webhooks.wake import wake, wake_on_commit
 

@@ -22,9 +22,7 @@ from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
 from a2a_platform.protocol.errors import (
     CONTENT_TYPE_NOT_SUPPORTED,
-    PUSH_NOT_SUPPORTED,
     TASK_NOT_FOUND,
-    UNAVAILABLE,
     ProtocolError,
     from_domain,
     invalid_params,
@@ -250,19 +248,18 @@ async def readiness_now():
 
 
 async def require_push(ctx: Ctx, *, registering: bool = True) -> None:
-    """Push registrations are accepted only when they will be delivered: refused for good if
-    the operator switched push off, refused with a retry hint while no delivery worker is
-    live (never accepted and dropped). Reading or deleting a config (`registering=False`)
-    promises no delivery: it is not refused while the delivery worker is away."""
-    if not ctx.agent.push_notifications_enabled:
-        raise ProtocolError(PUSH_NOT_SUPPORTED, "this agent does not offer push notifications")
-    if registering and not (await readiness_now()).delivery_live:
-        raise ProtocolError(
-            UNAVAILABLE,
-            "no webhook delivery worker is live right now; retry shortly",
-            reason="PUSH_DELIVERY_UNAVAILABLE",
-            retry_after=5,
-        )
+    """The push-registration gate (webhooks.services.push_config_gate, the one home of the
+    rule), with readiness read off the event loop; its refusals as protocol errors."""
+    from webhooks.services import push_config_gate
+
+    state = await readiness_now() if registering and ctx.agent.push_notifications_enabled else None
+    try:
+        push_config_gate(agent=ctx.agent, registering=registering, readiness_now=state)
+    except Exception as exc:
+        mapped = from_domain(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
 
 
 def _config_params(params: Params) -> Params:

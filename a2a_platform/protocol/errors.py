@@ -144,6 +144,7 @@ def from_domain(exc: Exception) -> ProtocolError | None:
     """Map a domain error raised by a service; None if it is not one (a bug: 500)."""
     from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
     from tasks.state_machine import IllegalTransition
+    from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 
     if isinstance(exc, ProtocolError):
         return exc
@@ -165,4 +166,10 @@ def from_domain(exc: Exception) -> ProtocolError | None:
         return ProtocolError(UNSUPPORTED_OPERATION, str(exc))
     if isinstance(exc, InvalidPayload):
         return invalid_params(exc.field, exc.description)
+    if isinstance(exc, PushNotSupported):
+        return ProtocolError(PUSH_NOT_SUPPORTED, str(exc))
+    if isinstance(exc, PushDeliveryUnavailable):
+        return ProtocolError(
+            UNAVAILABLE, str(exc), reason="PUSH_DELIVERY_UNAVAILABLE", retry_after=exc.retry_after
+        )
     return None

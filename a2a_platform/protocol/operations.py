@@ -211,7 +211,8 @@ def _task_and_config_id(params: Params, proto_cls: type) -> tuple[str, str]:
 
 
 async def get_push_config(ctx: Ctx, params: Params) -> dict:
-    from webhooks.services import current_binding, push_config_json
+    from webhooks.selectors import current_binding
+    from webhooks.services import push_config_json
 
     await require_push(ctx, registering=False)
     task_id, config_id = _task_and_config_id(params, a2a_pb2.GetTaskPushNotificationConfigRequest)
@@ -223,7 +224,8 @@ async def get_push_config(ctx: Ctx, params: Params) -> dict:
 
 
 async def list_push_configs(ctx: Ctx, params: Params) -> dict:
-    from webhooks.services import current_bindings, push_config_json
+    from webhooks.selectors import current_bindings
+    from webhooks.services import push_config_json
 
     await require_push(ctx, registering=False)
     task_id, _ = _task_and_config_id(params, a2a_pb2.ListTaskPushNotificationConfigsRequest)

@@ -1,7 +1,7 @@
 """In the process that makes a change, its own caches drop the entry when the change commits
-(protocol/context.py, webhooks/delivery.py): an operator who revokes a key, edits an agent or
-rotates a signing key in a web process sees the effect there at once. Other processes wait for
-their TTL (tests/integration/test_cache_bounds.py).
+(protocol/context.py, webhooks/delivery_headers.py): an operator who revokes a key, edits an
+agent or rotates a signing key in a web process sees the effect there at once. Other processes
+wait for their TTL (tests/integration/test_cache_bounds.py).
 
 Each test first warms the cache through the production path and checks the entry is there,
 so the effect seen after the change is the invalidation, not a cache miss.
@@ -16,7 +16,7 @@ from agents.models import AuthMode
 from agents.services import agent_save, api_key_create, api_key_revoke
 from agents.signing import ensure_signing_key, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
-from webhooks import delivery
+from webhooks import delivery_headers
 
 
 def test_a_key_revoked_in_this_process_is_refused_here_at_once(wire):
@@ -50,11 +50,11 @@ def test_an_agent_edited_in_this_process_is_served_here_at_once(wire):
 def test_signing_keys_changed_in_this_process_sign_here_at_once(transactional_db):
     agent = AgentFactory()
     old = ensure_signing_key(agent)
-    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [old.kid]
-    assert delivery._signers.get(agent.pk) is not None
+    assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [old.kid]
+    assert delivery_headers._signers.get(agent.pk) is not None
 
     new = signing_key_rotate(agent=agent)
-    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [new.kid, old.kid]
+    assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [new.kid, old.kid]
 
     signing_key_retire(key_id=old.pk)
-    assert [kid for kid, _ in delivery._signer(agent.pk).keys] == [new.kid]
+    assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [new.kid]

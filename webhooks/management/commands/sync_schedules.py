@@ -2,23 +2,27 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from tasks.job_names import SWEEP_DISPATCHES_JOB
+from webhooks.job_names import HEARTBEAT_JOB, PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
+
+# In webhooks, the top app: the schedules name jobs of every app (import contracts).
 # Sweepers run on the `heartbeat` queue: a backlog (or a missing consumer) on `agents` or
 # `webhooks` must not stop the safety net that re-enqueues their lost work.
 SCHEDULES = {
     # name: (job name, setting holding the interval in seconds, queue)
     "sweep executor dispatches": (
-        "tasks.sweep_dispatches",
+        SWEEP_DISPATCHES_JOB,
         "A2A_SWEEP_INTERVAL_SECONDS",
         "heartbeat",
     ),
     "sweep webhook deliveries": (
-        "webhooks.sweep_deliveries",
+        SWEEP_DELIVERIES_JOB,
         "A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS",
         "heartbeat",
     ),
-    "purge old rows": ("webhooks.purge_old_rows", "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
+    "purge old rows": (PURGE_OLD_ROWS_JOB, "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
     # Readiness: proof of a live worker, end to end (agents/readiness.py).
-    "worker heartbeat": ("heartbeat.beat", "A2A_HEARTBEAT_INTERVAL_SECONDS", "heartbeat"),
+    "worker heartbeat": (HEARTBEAT_JOB, "A2A_HEARTBEAT_INTERVAL_SECONDS", "heartbeat"),
 }
 
 
