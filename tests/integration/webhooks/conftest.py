@@ -76,3 +76,13 @@ def agent(transactional_db):
 @pytest.fixture
 def key(agent):
     return api_key_create(agent=agent, name="client")
+
+
+@pytest.fixture
+def fresh_transport():
+    """This process's sender starts and ends the test with no pooled connection."""
+    from webhooks import transport
+
+    transport.close_client()
+    yield
+    transport.close_client()

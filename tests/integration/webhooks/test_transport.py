@@ -23,6 +23,10 @@ from tests.factories import user_message
 from webhooks import ssrf, transport
 from webhooks.transport import PostRequest, TransportResult, post
 
+# A new connection pool per test: a kept-alive connection must not stand in for a new
+# connect or handshake (conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_transport")
+
 PUBLIC_V4 = "93.184.215.14"
 BIG_BODY = b"x" * 100_000
 
@@ -172,14 +176,6 @@ def keep_alive_receiver():
     r.thread.start()
     yield r
     r.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_client():
-    """A new pool per test: a kept-alive connection must not stand in for a connect."""
-    transport.close_client()
-    yield
-    transport.close_client()
 
 
 @pytest.fixture

@@ -34,6 +34,10 @@ from webhooks import transport
 from webhooks.models import DeliveryAttempt, DeliveryState
 from webhooks.transport import PostRequest, post, submit
 
+# A new connection pool per test: a kept-alive connection must not stand in for a new
+# connect or handshake (conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_transport")
+
 NAME = "receiver.test"
 TIMEOUT = 5
 # A path and query that must never show up in an error detail (the transport's promise).
@@ -45,14 +49,6 @@ HEADERS = {
     "webhook-id": "evt_123",
     "webhook-signature": "v1a,AAAA v1a,BBBB",
 }
-
-
-@pytest.fixture(autouse=True)
-def fresh_client():
-    """A new pool per test: a kept-alive connection must not stand in for a new handshake."""
-    transport.close_client()
-    yield
-    transport.close_client()
 
 
 @pytest.fixture
