@@ -570,7 +570,11 @@ def test_artifact_on_a_finished_task_is_409(external_agent, worker):
             "artifact.name",
         ),
         ({"artifact": "text"}, "invalid_payload", "artifact"),
-        ({"artifact": {"artifactId": 7, "parts": [{"text": "x"}]}}, "invalid_payload", "artifact"),
+        (
+            {"artifact": {"artifactId": 7, "parts": [{"text": "x"}]}},
+            "invalid_payload",
+            "artifact.artifactId",  # the field itself, not its object (tasks/wire.py)
+        ),
         (
             {"artifact": {"artifactId": "a", "parts": [{"text": "x"}]}, "append": "maybe"},
             "invalid_request",
