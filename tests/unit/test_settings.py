@@ -23,8 +23,16 @@ PROBLEM_SECRET = "SECRET_KEY is the default or shorter than 32 characters"
 PROBLEM_KEYS = "A2A_SECRETS_KEYS (encryption key for secrets at rest) is not set"
 
 
-def start(tmp_path: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+def start(
+    tmp_path: Path,
+    code: str = "import django; django.setup()",
+    *,
+    unset: tuple[str, ...] = (),
+    **overrides: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter on a good production environment, `overrides` on top
+    and the variables in `unset` removed (so a developer's shell cannot mask a default)."""
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED and k not in unset}
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "a2a_platform.settings",
@@ -38,7 +46,7 @@ def start(tmp_path: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
         }
     )
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -105,30 +113,33 @@ def test_every_profile_has_the_production_cache_ttls(tmp_path, profile):
         "A2A_API_KEY_CACHE_SECONDS",
         "A2A_SIGNING_KEY_CACHE_SECONDS",
     )
-    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED and k not in caches}
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "a2a_platform.settings",
-            "A2A_PROFILE": profile,
-            "DEBUG": "false",
-            "SECRET_KEY": GOOD_SECRET_KEY,
-            "A2A_SECRETS_KEYS": GOOD_FERNET_KEY,
-            "ALLOWED_HOSTS": "agents.example.com",
-            "A2A_VAR_DIR": str(tmp_path),
-        }
-    )
     code = (
         "import django; django.setup(); from django.conf import settings; "
         f"print(*(getattr(settings, name) for name in {caches!r}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = start(tmp_path, code, unset=caches, A2A_PROFILE=profile)
     assert result.returncode == 0, result.stderr
     assert [float(x) for x in result.stdout.split()] == [2, 5, 5]
+
+
+JOB_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
+LEVELS = (
+    "import django, logging; django.setup(); "
+    "print(' '.join(logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) "
+    f"for n in {JOB_LOGGERS + ('tasks',)!r}))"
+)
+
+
+@pytest.mark.parametrize("profile", ["development", "test", "production"])
+def test_job_log_lines_are_quiet_by_default_and_the_platform_logs_info(tmp_path, profile):
+    """Celery's per-job lines (the heartbeat and sweeps print several every few seconds of
+    nothing happening) default to WARNING; the platform's own loggers stay at INFO."""
+    result = start(tmp_path, LEVELS, unset=("A2A_JOB_LOG_LEVEL", "LOG_LEVEL"), A2A_PROFILE=profile)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["WARNING"] * 3 + ["INFO"]
+
+
+def test_a2a_job_log_level_shows_every_job(tmp_path):
+    result = start(tmp_path, LEVELS, unset=("LOG_LEVEL",), A2A_JOB_LOG_LEVEL="INFO")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["INFO"] * 4
