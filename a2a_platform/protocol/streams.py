@@ -1,5 +1,5 @@
 """SendStreamingMessage and SubscribeToTask, binding-independent (the bindings frame them as
-SSE in app.py through sse.py).
+SSE through binding.open_stream and sse.py).
 
 Opening a stream is ordinary operation work in short ORM calls — parse, authorize, write
 (SendStreamingMessage goes through the same `common.accept_message` as SendMessage),

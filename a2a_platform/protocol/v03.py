@@ -233,7 +233,7 @@ async def call(ctx: Ctx, op: str, params: dict[str, Any], *, rest: bool = False)
             return _rest_json(proto_utils.ToProto.agent_card(legacy_card))
         return card(card_v1)
     else:
-        # Not reached by the streaming operations: app.py opens them with open_stream.
+        # Not reached by the streaming operations: binding.open_stream opens them.
         result = await handler(ctx, params)
     if op == "SendMessage":
         legacy = _task_v03(result["task"]) if "task" in result else _message_v03(result["message"])
