@@ -1,0 +1,102 @@
+"""Discovery: the Agent Card (`/.well-known/agent-card.json`, also under the v0.3 URL) and the
+JWKS that verifies the agent's webhook deliveries (`/.well-known/jwks.json`).
+
+Both are public reads that write no key: an agent without a signing key (made outside
+agent_create) is served an unsigned card and an empty JWKS. A card is served only while the
+platform can keep its promises (readiness), rendered, signed and merged with the v0.3 fields
+in an ORM thread, and kept per process by everything it depends on (`_cards`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.ttl_cache import TTLCache
+from a2a_platform.protocol import common, operations, v03
+from a2a_platform.protocol.binding import dumps, request_ctx, rest_error
+from a2a_platform.protocol.context import V1, Ctx
+from a2a_platform.protocol.errors import INTERNAL, ProtocolError
+from a2a_platform.protocol.routes import Route
+from agents.card_render import agent_base_url
+from agents.card_signing import EmptyCardValue, card_version_record, sign_card
+from agents.readiness import RETRY_AFTER_SECONDS
+from agents.signing import jwks as agent_jwks
+
+logger = logging.getLogger(__name__)
+
+# Served cards by (agent, its last edit, origin, root, capabilities): rendering goes through
+# protobuf, signing and the v0.3 models, far costlier than serving bytes. Keyed on everything
+# the card depends on, so never stale; re-recorded as served at most once a minute.
+_cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
+
+
+async def card(request: Request, route: Route) -> Response:
+    """The agent's card, with an ETag (a 304 for a match) and the agent's max-age."""
+    try:
+        ctx = await request_ctx(request, route.tenant, V1, public=True)
+    except ProtocolError as exc:
+        return rest_error(exc)
+    readiness = await common.readiness_now()
+    if not readiness.card_servable:
+        # Never ready (or shutting down): a 503 is honest, a card would be a promise we
+        # cannot keep (incidents/card-published-before-dispatcher.md).
+        return Response(
+            dumps({"status": "not ready", "failing": readiness.failing()}),
+            status_code=503,
+            media_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
+        )
+    caps = operations.capabilities(ctx, readiness)
+    # The capabilities are part of the key: a flip serves a new card (and a new ETag).
+    cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root, *caps.items())
+    cached = _cards.get(cache_key)
+    if cached is None or time.monotonic() - cached[3] >= 60:
+        try:
+            cached = _cards.put(cache_key, await run_orm(lambda: _served_card(ctx, caps)))
+        except EmptyCardValue as exc:
+            logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
+            return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
+    body, etag = cached[0], cached[1]
+    common.card_version_served(ctx.agent.pk, cached[2])
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
+    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
+    """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
+    jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
+    signed = sign_card(
+        ctx.agent,
+        operations.public_card(ctx, caps),
+        jwks_url=f"{jwks_url}/.well-known/jwks.json",
+    )
+    # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win; the
+    # signature covers the v1.0 card, which is what v1.0 verifiers parse).
+    served = v03.card(signed)
+    body = dumps(served)
+    digest = hashlib.sha256(body).hexdigest()
+    version = card_version_record(agent=ctx.agent, content_hash=digest, card=served)
+    return body, f'"{digest[:32]}"', version, time.monotonic()
+
+
+async def jwks(request: Request, route: Route) -> Response:
+    """The public keys that sign this agent's webhook deliveries (all live keys: a retiring
+    key stays here while it still signs)."""
+    try:
+        ctx = await request_ctx(request, route.tenant, V1, public=True)
+    except ProtocolError as exc:
+        return rest_error(exc)
+
+    return Response(
+        dumps(await run_orm(lambda: agent_jwks(ctx.agent))),
+        media_type="application/jwk-set+json",
+        headers={"Cache-Control": "public, max-age=300"},
+    )
