@@ -28,6 +28,11 @@ What is checked, in this order (a failure raises `VerificationError(reason)`):
 5. `X-A2A-Notification-Token` == `expected_token`, when given ("token").
 6. The body is a JSON object ("payload").
 
+7. With `channels=ChannelTrust()`: the delivery's binding version and the kid whose signature
+   verified belong to a channel its task trusts ("channel", raised as `ChannelError`). A
+   task's first delivery is trusted on first use; a verified push-channel notice on a trusted
+   channel teaches the task its next channel (see `ChannelTrust`).
+
 `X-A2A-Task-Seq` and `X-A2A-Binding-Version` are not covered by the Standard Webhooks
 signature; they are trustworthy when the JWT carries them too (checked in step 4) or the
 transport is TLS to your own endpoint.
@@ -39,10 +44,11 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,12 +69,25 @@ HEADER_AUTHORIZATION = "authorization"
 SCHEME = "v1a"
 ED25519_SIGNATURE_BYTES = 64
 
+# The A2A extension whose metadata entry carries a rebind's channel notice (docs/
+# webhooks-receiving.md, "Rebinds"). The platform uses this exact string.
+PUSH_CHANNEL_EXTENSION_URI = "urn:a2a-platform:ext:push-channel:v1"
+NOTICE_CHANNEL_CHANGED = "channel-changed"
+NOTICE_CHANNEL_ORPHANED = "channel-orphaned"
+NOTICE_KINDS = frozenset({NOTICE_CHANNEL_CHANGED, NOTICE_CHANNEL_ORPHANED})
+# A channel's key ids are the agent's live keys, one to three in practice; the cap bounds what
+# a notice (or a long run of rotations) can make a receiver store.
+MAX_CHANNEL_KEY_IDS = 16
+
 JwksFetcher = Callable[[str], Mapping[str, Any]]
+
+logger = logging.getLogger(__name__)
 
 
 class VerificationError(Exception):
     """A delivery failed verification. `reason` is one of: headers, stale, signature, jwt,
-    token, payload, jwks. Answer the sender with a 4xx (401 for signature/jwt/token)."""
+    token, payload, jwks, channel. Answer the sender with a 4xx (401 for signature/jwt/token,
+    403 for channel)."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
@@ -86,6 +105,78 @@ class VerifiedDelivery:
     payload: dict[str, Any] = field(compare=False)
     key_id: str | None = None  # kid of the key whose signature verified
     jwt_claims: dict[str, Any] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One push channel of a task: the binding version deliveries carry
+    (`X-A2A-Binding-Version`, `<configId>.v<n>`) and the kids of the keys that sign under it.
+    `origin` and `path_prefix` are where it delivers, when a notice said so."""
+
+    version: str
+    key_ids: tuple[str, ...]
+    origin: str | None = None
+    path_prefix: str | None = None
+
+    def __str__(self) -> str:
+        where = f" at {self.origin}{self.path_prefix or ''}" if self.origin else ""
+        return f"{self.version} [{', '.join(self.key_ids)}]{where}"
+
+
+@dataclass(frozen=True)
+class ChannelNotice:
+    """A rebind's push-channel notice, read from a delivery by `parse_channel_notice`.
+
+    `kind` is `channel-changed` (later deliveries, from `from_seq` on, come on `new_channel`)
+    or `channel-orphaned` (cutover: no channel delivers this task any more; `new_channel` is
+    None). It arrives on `old_channel`."""
+
+    kind: str
+    task_id: str | None
+    rebind_id: str
+    policy: str  # drain | cutover
+    old_channel: Channel
+    new_channel: Channel | None
+    from_seq: int | None
+    jwks_url: str | None
+
+
+class ChannelError(VerificationError):
+    """An authentic delivery (signature, JWT and token verified) on a channel its task does
+    not trust, or one `ChannelTrust` cannot judge (no task id, no binding version). Names the
+    task, what was offered (`offered_version`; `key_id`, the kid whose signature verified;
+    `offered_key_ids`, the `X-A2A-Signature-Key-Ids` hint as sent) and what the task trusts
+    (`trusted`, oldest first). `delivery` is the verified delivery, for logging."""
+
+    def __init__(
+        self,
+        why: str,
+        *,
+        task_id: str | None,
+        offered_version: str | None,
+        key_id: str | None,
+        offered_key_ids: tuple[str, ...] = (),
+        trusted: tuple[Channel, ...] = (),
+        orphaned: bool = False,
+        delivery: VerifiedDelivery | None = None,
+    ) -> None:
+        offered = f"version {offered_version or '(none)'} signed by {key_id or '(no kid)'}"
+        if offered_key_ids:
+            offered += f" (offered kids {' '.join(offered_key_ids)})"
+        trusts = "; ".join(str(channel) for channel in trusted) or "nothing"
+        state = " (orphaned)" if orphaned else ""
+        super().__init__(
+            "channel",
+            f"task {task_id or '(unknown)'}{state}: {why}; offered {offered}; trusts {trusts}",
+        )
+        self.why = why
+        self.task_id = task_id
+        self.offered_version = offered_version
+        self.key_id = key_id
+        self.offered_key_ids = offered_key_ids
+        self.trusted = trusted
+        self.orphaned = orphaned
+        self.delivery = delivery
 
 
 def _b64url_decode(text: str) -> bytes:
@@ -137,6 +228,75 @@ def _task_id_from_body(payload: Mapping[str, Any]) -> str | None:
     if isinstance(task, Mapping) and isinstance(task.get("id"), str):
         return task["id"]
     return None
+
+
+def _notice_error(detail: str) -> VerificationError:
+    return VerificationError("payload", f"push-channel notice: {detail}")
+
+
+def _notice_str(entry: Mapping[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+    value = entry.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _notice_error(f"{where}{name} must be a non-empty string")
+    return value
+
+
+def _notice_channel(entry: Any, where: str, *, new: bool) -> Channel:
+    if not isinstance(entry, Mapping):
+        raise _notice_error(f"{where} must be an object")
+    key_ids = entry.get("keyIds")
+    if (
+        not isinstance(key_ids, list)
+        or not all(isinstance(kid, str) and kid for kid in key_ids)
+        or len(key_ids) > MAX_CHANNEL_KEY_IDS
+    ):
+        raise _notice_error(
+            f"{where}.keyIds must be a list of at most {MAX_CHANNEL_KEY_IDS} non-empty strings"
+        )
+    return Channel(
+        version=_notice_str(entry, "version", f"{where}."),
+        key_ids=tuple(dict.fromkeys(key_ids)),
+        origin=_notice_str(entry, "origin", f"{where}.") if new else None,
+        path_prefix=_notice_str(entry, "pathPrefix", f"{where}.") if new else None,
+    )
+
+
+def parse_channel_notice(delivery: VerifiedDelivery) -> ChannelNotice | None:
+    """The push-channel notice a verified delivery carries, or None when it carries none.
+
+    A notice is a `statusUpdate` whose `metadata` has a `PUSH_CHANNEL_EXTENSION_URI` entry. A
+    notice kind this module does not know is None too (an ordinary status update to it);
+    a known kind with a missing or mistyped field raises `VerificationError("payload")`."""
+    update = delivery.payload.get("statusUpdate")
+    metadata = update.get("metadata") if isinstance(update, Mapping) else None
+    if not isinstance(metadata, Mapping) or PUSH_CHANNEL_EXTENSION_URI not in metadata:
+        return None
+    entry = metadata[PUSH_CHANNEL_EXTENSION_URI]
+    if not isinstance(entry, Mapping):
+        raise _notice_error("the extension's metadata must be an object")
+    kind = _notice_str(entry, "notice", "")
+    if kind not in NOTICE_KINDS:
+        return None
+    changed = kind == NOTICE_CHANNEL_CHANGED
+    from_seq = entry.get("fromSeq")
+    if (from_seq is not None or changed) and (
+        isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 0
+    ):
+        raise _notice_error("fromSeq must be a non-negative integer")
+    return ChannelNotice(
+        kind=kind,
+        task_id=delivery.task_id,
+        rebind_id=_notice_str(entry, "rebindId", ""),
+        policy=_notice_str(entry, "policy", ""),
+        old_channel=_notice_channel(entry.get("oldChannel"), "oldChannel", new=False),
+        new_channel=(
+            _notice_channel(entry.get("newChannel"), "newChannel", new=True) if changed else None
+        ),
+        from_seq=from_seq,
+        jwks_url=_notice_str(entry, "jwksUrl", "", optional=True),
+    )
 
 
 class WebhookVerifier:
@@ -225,7 +385,10 @@ class WebhookVerifier:
         expected_audience: str | None = None,
         expected_token: str | None = None,
         expected_issuer: str | None = None,
+        channels: ChannelTrust | None = None,
     ) -> VerifiedDelivery:
+        """Verify one delivery (steps 1-6 of the module docstring); with `channels`, also
+        check and learn its task's channel (step 7, `ChannelError`)."""
         h = {str(k).lower(): str(v) for k, v in headers.items()}
         msg_id = h.get(HEADER_ID, "").strip()
         raw_ts = h.get(HEADER_TIMESTAMP, "").strip()
@@ -240,16 +403,33 @@ class WebhookVerifier:
         if abs(self._clock() - timestamp) > self.tolerance_seconds:
             raise VerificationError("stale", "webhook-timestamp is outside the tolerance")
 
-        key_id = self._verify_signature(h, msg_id, raw_ts, raw_sigs, body)
+        early: Any = None
+        pinned: dict[str, Ed25519PublicKey] = {}
+        prefer: tuple[str, ...] = ()
+        if channels is not None:
+            # Read (not trusted) before the signature check, so the task's own pinned keys are
+            # tried first and a task whose keys left the JWKS still verifies.
+            try:
+                early = json.loads(body)
+            except ValueError:
+                early = None
+            hint = _task_id_from_body(early) if isinstance(early, dict) else None
+            hint = hint or h.get(HEADER_TASK_ID) or None
+            if hint is not None:
+                pinned, prefer = channels._keys_of(hint)
+        key_id, key = self._verify_signature(h, msg_id, raw_ts, raw_sigs, body, pinned, prefer)
 
         seq = self._parse_seq(h.get(HEADER_TASK_SEQ))
         binding_version = h.get(HEADER_BINDING_VERSION) or None
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            raise VerificationError("payload", "the body is not JSON") from None
-        if not isinstance(payload, dict):
-            raise VerificationError("payload", "the body is not a JSON object")
+        if isinstance(early, dict):
+            payload = early
+        else:
+            try:
+                payload = json.loads(body)
+            except ValueError:
+                raise VerificationError("payload", "the body is not JSON") from None
+            if not isinstance(payload, dict):
+                raise VerificationError("payload", "the body is not a JSON object")
 
         # The body is signed, the X-A2A-Task-Id header is not: the body wins, and a header
         # that disagrees with it is refused.
@@ -289,7 +469,7 @@ class WebhookVerifier:
             if token is None or not hmac.compare_digest(token.encode(), expected_token.encode()):
                 raise VerificationError("token", "X-A2A-Notification-Token does not match")
 
-        return VerifiedDelivery(
+        delivery = VerifiedDelivery(
             event_id=msg_id,
             task_id=task_id,
             seq=seq,
@@ -299,6 +479,10 @@ class WebhookVerifier:
             key_id=key_id,
             jwt_claims=claims,
         )
+        if channels is not None:
+            offered = tuple(h.get(HEADER_KEY_IDS, "").split())
+            channels._admit(self, delivery, key, offered)
+        return delivery
 
     @staticmethod
     def _parse_seq(raw: str | None) -> int | None:
@@ -309,8 +493,15 @@ class WebhookVerifier:
         return int(raw.strip())
 
     def _verify_signature(
-        self, h: Mapping[str, str], msg_id: str, raw_ts: str, raw_sigs: str, body: bytes
-    ) -> str:
+        self,
+        h: Mapping[str, str],
+        msg_id: str,
+        raw_ts: str,
+        raw_sigs: str,
+        body: bytes,
+        pinned: Mapping[str, Ed25519PublicKey],
+        prefer: tuple[str, ...],
+    ) -> tuple[str, Ed25519PublicKey]:
         signed = f"{msg_id}.{raw_ts}.".encode() + body
         signatures: list[bytes] = []
         for entry in raw_sigs.split():
@@ -327,12 +518,23 @@ class WebhookVerifier:
             raise VerificationError("signature", "no v1a signature in webhook-signature")
         hints = h.get(HEADER_KEY_IDS, "").split()
 
-        kid = self._match(self._snapshot(), signatures, hints, signed)
-        if kid is None and self.refresh():
-            kid = self._match(self._snapshot(), signatures, hints, signed)
-        if kid is None:
+        # A task's pinned key answers for its kid: the JWKS is not consulted for it, so a kid
+        # re-published there with other bytes does not sign for that task.
+        kid = self._match(pinned, signatures, hints, signed) if pinned else None
+        if kid is not None:
+            return kid, pinned[kid]
+
+        def match() -> tuple[str, Ed25519PublicKey] | None:
+            keys = {k: v for k, v in self._snapshot().items() if k not in pinned}
+            found = self._match(keys, signatures, [*prefer, *hints], signed)
+            return None if found is None else (found, keys[found])
+
+        hit = match()
+        if hit is None and self.refresh():
+            hit = match()
+        if hit is None:
             raise VerificationError("signature", "no signature verifies with a trusted key")
-        return kid
+        return hit
 
     @staticmethod
     def _match(
@@ -342,7 +544,8 @@ class WebhookVerifier:
         signed: bytes,
     ) -> str | None:
         # Hinted kids first (the sender lists them in signature order), then every key.
-        order = [k for k in hints if k in keys] + [k for k in keys if k not in hints]
+        order = [k for k in dict.fromkeys(hints) if k in keys]
+        order += [k for k in keys if k not in hints]
         for kid in order:
             for signature in signatures:
                 try:
@@ -351,6 +554,20 @@ class WebhookVerifier:
                     continue
                 return kid
         return None
+
+    def _public_keys(self, kids: Iterable[str]) -> dict[str, Ed25519PublicKey]:
+        """The JWKS keys of `kids` this verifier holds, refreshing once (rate-limited) when
+        one is missing: how a notice's new kid gets its public bytes."""
+        wanted = set(kids)
+        if not wanted:
+            return {}
+        try:
+            keys = self._snapshot()
+            if not wanted <= keys.keys() and self.refresh():
+                keys = self._snapshot()
+        except VerificationError:
+            return {}  # the JWKS is unreachable: the kids stay trusted by name, resolved later
+        return {kid: keys[kid] for kid in wanted if kid in keys}
 
     def _verify_jwt(
         self,
@@ -467,3 +684,224 @@ class DeliveryLedger:
         with self._lock:
             self._highest.pop(task_id, None)
             self._bindings.pop(task_id, None)
+
+
+@dataclass
+class _TaskChannels:
+    # version -> [key ids, origin, path prefix]; insertion order is the order learned.
+    channels: dict[str, tuple[list[str], str | None, str | None]] = field(default_factory=dict)
+    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # pinned public keys
+    orphaned: bool = False
+
+    def key_ids(self) -> set[str]:
+        return {kid for kids, _, _ in self.channels.values() for kid in kids}
+
+    def add(self, channel: Channel, max_channels: int) -> None:
+        kids, origin, prefix = self.channels.get(channel.version, ([], None, None))
+        kids = list(dict.fromkeys([*kids, *channel.key_ids]))[-MAX_CHANNEL_KEY_IDS:]
+        self.channels[channel.version] = (
+            kids,
+            channel.origin or origin,
+            channel.path_prefix or prefix,
+        )
+        while len(self.channels) > max_channels:
+            del self.channels[next(iter(self.channels))]
+        trusted = self.key_ids()
+        self.keys = {kid: key for kid, key in self.keys.items() if kid in trusted}
+
+    def public(self) -> tuple[Channel, ...]:
+        return tuple(
+            Channel(version, tuple(kids), origin, prefix)
+            for version, (kids, origin, prefix) in self.channels.items()
+        )
+
+
+class ChannelTrust:
+    """Per-task push-channel trust for `WebhookVerifier.verify(..., channels=...)`. Thread-safe;
+    in memory (persist `channels()` and restore with `trust()` to survive a restart).
+
+    Each task has a history of the channels (binding version + key ids) it trusted, and the
+    public key of each trusted kid, pinned when first used. A delivery is accepted when its
+    binding version is one its task trusted and its signature verifies with a kid the task
+    trusts (the kids of any of its channels: after a move, a late retry on the old channel
+    may be signed by the new key alone). The task's pinned keys are tried first, so it keeps
+    verifying when its keys leave the JWKS or the JWKS is unreachable.
+
+    - A task never seen is trusted on first use: its version and the kid that verified.
+    - A verified `channel-changed` notice on a trusted channel adds `newChannel` (and the
+      notice's `oldChannel` key ids); kids the verifier does not hold are fetched from the
+      JWKS then, or when first used.
+    - A verified `channel-orphaned` notice marks the task orphaned (`is_orphaned`); its next
+      delivery on a channel it never trusted is trusted on first use again (the operator or
+      the client bound it anew), and clears the mark.
+    - Anything else raises `ChannelError` and teaches nothing.
+
+    `follow_jwks_rotation=True` also accepts, under a version the task trusts, a key of the
+    current JWKS the task does not trust (a key rotation made without a rebind sends no
+    notice) and adds it to that channel. Off by default: then a key set changed behind the
+    JWKS endpoint cannot sign for tasks already in flight.
+
+    Bounded: at most `max_tasks` tasks (least recently used evicted; an evicted task is trusted
+    on first use again) and `max_channels_per_task` channels per task (oldest dropped)."""
+
+    def __init__(
+        self,
+        *,
+        max_tasks: int = 10_000,
+        max_channels_per_task: int = 8,
+        trust_on_first_use: bool = True,
+        follow_jwks_rotation: bool = False,
+    ) -> None:
+        if max_tasks < 1 or max_channels_per_task < 1:
+            raise ValueError("max_tasks and max_channels_per_task must be at least 1")
+        self.max_tasks = max_tasks
+        self.max_channels_per_task = max_channels_per_task
+        self.trust_on_first_use = trust_on_first_use
+        self.follow_jwks_rotation = follow_jwks_rotation
+        self._lock = threading.Lock()
+        self._tasks: OrderedDict[str, _TaskChannels] = OrderedDict()
+
+    def task_count(self) -> int:
+        """How many tasks have a channel history now."""
+        with self._lock:
+            return len(self._tasks)
+
+    def channels(self, task_id: str) -> tuple[Channel, ...]:
+        """The channels this task trusts, first learned first (empty for an unknown task)."""
+        with self._lock:
+            state = self._tasks.get(task_id)
+            return state.public() if state is not None else ()
+
+    def is_orphaned(self, task_id: str) -> bool:
+        """True after a verified channel-orphaned notice, until the task is trusted anew."""
+        with self._lock:
+            state = self._tasks.get(task_id)
+            return state is not None and state.orphaned
+
+    def trust(self, task_id: str, version: str, key_ids: Iterable[str]) -> None:
+        """Add a channel to a task's history (e.g. restored from your database). The kids'
+        public keys are taken from the JWKS when first used, then pinned."""
+        kids = tuple(dict.fromkeys(key_ids))
+        if not version or not kids:
+            raise ValueError("a channel needs a version and at least one key id")
+        with self._lock:
+            self._state(task_id).add(Channel(version, kids), self.max_channels_per_task)
+            self._evict()
+
+    def forget_task(self, task_id: str) -> None:
+        """Drop a task's channels (after it is terminal and handled)."""
+        with self._lock:
+            self._tasks.pop(task_id, None)
+
+    # --- used by WebhookVerifier.verify ----------------------------------------------------
+
+    def _state(self, task_id: str) -> _TaskChannels:
+        state = self._tasks.get(task_id)
+        if state is None:
+            state = self._tasks[task_id] = _TaskChannels()
+        self._tasks.move_to_end(task_id)
+        return state
+
+    def _evict(self) -> None:
+        while len(self._tasks) > self.max_tasks:
+            self._tasks.popitem(last=False)
+
+    def _keys_of(self, task_id: str) -> tuple[dict[str, Ed25519PublicKey], tuple[str, ...]]:
+        """The task's pinned keys and its trusted kids, read before the delivery is verified
+        (so this does not count as a use of the task)."""
+        with self._lock:
+            state = self._tasks.get(task_id)
+            if state is None:
+                return {}, ()
+            return dict(state.keys), tuple(sorted(state.key_ids()))
+
+    def _admit(
+        self,
+        verifier: WebhookVerifier,
+        delivery: VerifiedDelivery,
+        key: Ed25519PublicKey,
+        offered_key_ids: tuple[str, ...],
+    ) -> None:
+        task_id, version, kid = delivery.task_id, delivery.binding_version, delivery.key_id
+
+        def refuse(why: str, state: _TaskChannels | None = None) -> ChannelError:
+            return ChannelError(
+                why,
+                task_id=task_id,
+                offered_version=version,
+                key_id=kid,
+                offered_key_ids=offered_key_ids,
+                trusted=state.public() if state is not None else (),
+                orphaned=state is not None and state.orphaned,
+                delivery=delivery,
+            )
+
+        if task_id is None:
+            raise refuse("the delivery names no task, so no per-task channel can admit it")
+        if version is None or kid is None:
+            raise refuse("the delivery has no X-A2A-Binding-Version")
+        notice = parse_channel_notice(delivery)  # a malformed notice is refused before use
+        if notice is not None and notice.old_channel.version != version:
+            raise _notice_error(
+                f"oldChannel.version {notice.old_channel.version} is not the binding version "
+                f"it arrived under ({version})"
+            )
+
+        with self._lock:
+            state = self._tasks.get(task_id)
+            trusted_version = state is not None and version in state.channels
+            if state is not None and trusted_version and kid in state.key_ids():
+                pass
+            elif state is not None and trusted_version and self.follow_jwks_rotation:
+                state.add(Channel(version, (kid,)), self.max_channels_per_task)
+            elif (state is None or state.orphaned) and self.trust_on_first_use:
+                state = self._state(task_id)
+                state.add(Channel(version, (kid,)), self.max_channels_per_task)
+                state.orphaned = False
+                logger.info(
+                    "webhook channel trusted on first use",
+                    extra={"task_id": task_id, "binding_version": version, "kid": kid},
+                )
+            elif state is None:
+                raise refuse("the task is unknown and trust on first use is off")
+            elif not trusted_version:
+                raise refuse(f"version {version} is not a channel of this task", state)
+            else:
+                raise refuse(f"key {kid} is not trusted for this task", state)
+            self._state(task_id).keys.setdefault(kid, key)
+            self._evict()
+            if notice is None:
+                return
+            wanted = {*notice.old_channel.key_ids}
+            if notice.new_channel is not None:
+                wanted.update(notice.new_channel.key_ids)
+            wanted -= state.keys.keys()
+
+        # Outside the lock: this may fetch the JWKS.
+        fetched = verifier._public_keys(wanted)
+
+        with self._lock:
+            # The delivery was admitted above; re-read the task, which may have been evicted.
+            state = self._state(task_id)
+            state.add(
+                Channel(version, (kid, *notice.old_channel.key_ids)), self.max_channels_per_task
+            )
+            if notice.new_channel is not None:
+                state.add(notice.new_channel, self.max_channels_per_task)
+            trusted = state.key_ids()
+            for fetched_kid, fetched_key in fetched.items():
+                if fetched_kid in trusted:
+                    state.keys.setdefault(fetched_kid, fetched_key)
+            if notice.kind == NOTICE_CHANNEL_ORPHANED:
+                state.orphaned = True
+            self._evict()
+        logger.info(
+            "webhook channel notice applied",
+            extra={
+                "task_id": task_id,
+                "binding_version": version,
+                "notice": notice.kind,
+                "rebind_id": notice.rebind_id,
+                "new_binding_version": notice.new_channel.version if notice.new_channel else None,
+            },
+        )
