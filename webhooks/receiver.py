@@ -4,9 +4,12 @@ Standalone on purpose: no Django. It needs `cryptography` and `PyJWT`, and `http
 it fetches the JWKS itself. See docs/webhooks-receiving.md.
 
     verifier = WebhookVerifier(jwks_url="https://agents.example.com/.well-known/jwks.json")
+    channels = ChannelTrust()           # optional: per-task channel trust across rebinds
     ledger = DeliveryLedger()
 
-    delivery = verifier.verify(request_headers, raw_body, expected_audience=MY_WEBHOOK_URL)
+    delivery = verifier.verify(
+        request_headers, raw_body, expected_audience=MY_WEBHOOK_URL, channels=channels
+    )
     if not ledger.accept(delivery):
         return 200                      # a redelivery of an event already handled
     if ledger.is_stale(delivery.task_id, delivery.seq):
