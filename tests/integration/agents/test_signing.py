@@ -27,6 +27,13 @@ from webhooks.receiver import WebhookVerifier
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def agent(db):
+    """A keyless agent (as one made outside the services would be): these tests write its
+    keys themselves, from the first."""
+    return AgentFactory(signing_key=False)
+
+
 def raw_private(key: SigningKey) -> bytes:
     return private_key(key).private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
@@ -70,7 +77,7 @@ def test_signing_key_single_active_constraint_backs_the_services(agent):
 
 
 def test_signing_key_kids_are_unique_across_agents():
-    kids = {signing_key_create(agent=AgentFactory()).kid for _ in range(5)}
+    kids = {signing_key_create(agent=AgentFactory(signing_key=False)).kid for _ in range(5)}
     assert len(kids) == 5
 
 
@@ -126,6 +133,13 @@ def test_signing_key_several_rotations_keep_every_unretired_key_live(agent):
     assert [k.kid for k in live_signing_keys(agent)] == [third.kid, second.kid, first.kid]
 
 
+def test_agent_factory_keys_an_agent_as_agent_create_does():
+    agent = AgentFactory(signing_key=True)
+    (key,) = live_signing_keys(agent)
+    assert key.state == SigningKeyState.ACTIVE
+    assert jwks(agent)["keys"][0]["kid"] == key.kid
+
+
 def test_ensure_signing_key_creates_once(agent):
     key = ensure_signing_key(agent)
     assert ensure_signing_key(agent) == key
@@ -141,7 +155,7 @@ def test_ensure_signing_key_returns_the_active_key_after_rotation(agent):
 def test_jwks_contents(agent):
     old = signing_key_create(agent=agent)
     new = signing_key_rotate(agent=agent)
-    other = signing_key_create(agent=AgentFactory())
+    other = signing_key_create(agent=AgentFactory(signing_key=False))
     document = jwks(agent)
     assert document == {
         "keys": [
@@ -157,7 +171,7 @@ def test_jwks_contents(agent):
         ]
     }
     assert other.kid not in {k["kid"] for k in document["keys"]}
-    assert jwks(AgentFactory()) == {"keys": []}
+    assert jwks(AgentFactory(signing_key=False)) == {"keys": []}
 
 
 def test_private_key_is_never_stored_in_clear(agent):

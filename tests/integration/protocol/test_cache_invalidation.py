@@ -14,7 +14,7 @@ import hashlib
 from a2a_platform.protocol import context
 from agents.models import AuthMode
 from agents.services import agent_save, api_key_create, api_key_revoke
-from agents.signing import ensure_signing_key, signing_key_retire, signing_key_rotate
+from agents.signing import active_signing_key, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
 from webhooks import delivery_headers
 
@@ -48,8 +48,8 @@ def test_an_agent_edited_in_this_process_is_served_here_at_once(wire):
 
 
 def test_signing_keys_changed_in_this_process_sign_here_at_once(transactional_db):
-    agent = AgentFactory()
-    old = ensure_signing_key(agent)
+    agent = AgentFactory(signing_key=True)  # its first key, as agent_create writes it
+    old = active_signing_key(agent)
     assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [old.kid]
     assert delivery_headers._signers.get(agent.pk) is not None
 
