@@ -284,6 +284,19 @@ A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default
 # a key created, rotated or retired signs, or stops signing, in every worker within that time
 # (at once in the process that made the change). Keep a rotation's drain longer than this.
 A2A_SIGNING_KEY_CACHE_SECONDS = env.float("A2A_SIGNING_KEY_CACHE_SECONDS", default=5)
+# --- Rebinds (webhooks/rebind.py, docs/rebinds.md) ------------------------------------
+# The signature tolerance receivers are assumed to allow (webhooks/receiver.py's default): an
+# old key outlives the last delivery on its channel by the retry horizon plus this.
+A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS = env.int(
+    "A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS", default=300
+)
+# The beat job that advances open rebinds (counts, completion, deadline alerts and action,
+# scheduled starts, old-key retirement) runs this often; each run is idempotent.
+A2A_REBIND_MONITOR_INTERVAL_SECONDS = env.int("A2A_REBIND_MONITOR_INTERVAL_SECONDS", default=5)
+# Configs moved per transaction while a rebind plans its moves (each locks its tasks briefly).
+A2A_REBIND_BATCH = env.int("A2A_REBIND_BATCH", default=500)
+# The longest drain deadline an operator may set (30 days).
+A2A_REBIND_MAX_DEADLINE_SECONDS = env.int("A2A_REBIND_MAX_DEADLINE_SECONDS", default=30 * 86400)
 # Retention: delivered deliveries, their attempts and task events older than this are purged
 # (batched) by a beat job; dead-lettered deliveries stay until an operator acts.
 A2A_RETENTION_DAYS = env.int("A2A_RETENTION_DAYS", default=14)

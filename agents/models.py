@@ -43,6 +43,18 @@ class AuthMode(models.TextChoices):
     API_KEY = "api_key", "API key"
 
 
+class PushChannelPolicy(models.TextChoices):
+    """What a rebind of the agent's push channels does with in-flight tasks (webhooks/rebind.py)."""
+
+    DRAIN = "drain", "drain (notice on the old channel, then move; the default)"
+    CUTOVER = "cutover", "cutover (the old channel retires at once; in-flight tasks are orphaned)"
+
+
+class OnDrainTimeout(models.TextChoices):
+    CUTOVER = "cutover", "cut over what is left"
+    EXTEND = "extend", "extend the deadline once and alert, then cut over"
+
+
 class Agent(models.Model):
     slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
@@ -62,6 +74,22 @@ class Agent(models.Model):
     streaming_enabled = models.BooleanField(default=True)
     card_max_age = models.PositiveIntegerField(
         default=60, help_text="Cache-Control max-age of the agent card, in seconds"
+    )
+    # The push-channel rebind policy this agent declares in its card (webhooks/rebind.py); a
+    # rebind that names no policy, and a client re-registering a config id, use it.
+    push_rebind_policy = models.CharField(
+        max_length=8, choices=PushChannelPolicy.choices, default=PushChannelPolicy.DRAIN
+    )
+    push_rebind_deadline = models.PositiveIntegerField(
+        default=86400, help_text="Default drain deadline of a rebind, in seconds"
+    )
+    push_rebind_on_timeout = models.CharField(
+        max_length=8, choices=OnDrainTimeout.choices, default=OnDrainTimeout.CUTOVER
+    )
+    push_rebind_min_overlap = models.PositiveIntegerField(
+        default=0,
+        help_text="Seconds a new signing key is published before it signs (at least the card's "
+        "max-age, which applies when this is lower)",
     )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
     auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
@@ -121,6 +149,7 @@ class ApiKey(models.Model):
 
 
 class SigningKeyState(models.TextChoices):
+    PUBLISHED = "published", "published (in the JWKS, not signing yet: a rebind prepares it)"
     ACTIVE = "active", "active (signs, in the JWKS)"
     RETIRING = "retiring", "retiring (still signs and stays in the JWKS until retired)"
     RETIRED = "retired", "retired (neither signs nor published)"
@@ -133,9 +162,11 @@ def new_key_id() -> str:
 class SigningKey(models.Model):
     """An agent's Ed25519 key for webhook signatures and push JWTs (agents/signing.py).
 
-    At most one key per agent is active. A rotation moves the active key to `retiring`: it
-    keeps signing and stays in the JWKS until retired (DESIGN.md, invariant 3, drain). The
-    private key is stored encrypted (a2a_platform.lib.crypto) and never shown.
+    At most one key per agent is active. A rebind that rotates first publishes the new key
+    (`published`: in the JWKS, not signing) for its minimum overlap, then activates it; the
+    previous active key becomes `retiring`: it keeps signing and stays in the JWKS until
+    retired (DESIGN.md, invariant 3, drain). The private key is stored encrypted
+    (a2a_platform.lib.crypto) and never shown.
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="signing_keys")
@@ -146,7 +177,7 @@ class SigningKey(models.Model):
     )
     private_key_encrypted = models.TextField(editable=False)
     state = models.CharField(
-        max_length=8, choices=SigningKeyState.choices, default=SigningKeyState.ACTIVE
+        max_length=16, choices=SigningKeyState.choices, default=SigningKeyState.ACTIVE
     )
     created_at = models.DateTimeField(auto_now_add=True)
     retiring_since = models.DateTimeField(null=True, blank=True)

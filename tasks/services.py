@@ -51,6 +51,20 @@ def lock_task(task_id: object) -> Task:
     return task
 
 
+def task_extension_metadata_set(*, task: Task, uri: str, value: dict[str, Any] | None) -> None:
+    """Set (or, with None, remove) the entry `uri` of the task's metadata: an extension's
+    annotation, readable through GetTask, ListTasks and a stream's first Task (no event is
+    appended: the state did not change). Inside the caller's transaction, the task locked
+    (`lock_task`)."""
+    metadata = dict(task.metadata or {})
+    if value is None:
+        metadata.pop(uri, None)
+    else:
+        metadata[uri] = value
+    task.metadata = metadata
+    Task.objects.filter(pk=task.pk).update(metadata=metadata)
+
+
 def _task_pk(task_id: object) -> uuid.UUID:
     if isinstance(task_id, uuid.UUID):
         return task_id

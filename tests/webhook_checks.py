@@ -61,8 +61,13 @@ def start_worker(procs, name: str = "worker", **env: str):
 
 
 def start_beat(procs, **env: str):
-    """Beat (a subprocess on the test database) firing both sweepers every second."""
-    with override_settings(A2A_SWEEP_INTERVAL_SECONDS=1, A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS=1):
+    """Beat (a subprocess on the test database) firing both sweepers and the rebind monitor
+    every second."""
+    with override_settings(
+        A2A_SWEEP_INTERVAL_SECONDS=1,
+        A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS=1,
+        A2A_REBIND_MONITOR_INTERVAL_SECONDS=1,
+    ):
         call_command("sync_schedules", stdout=io.StringIO())
     sweep = PeriodicTask.objects.get(task=SWEEP_DELIVERIES_JOB)
     assert sweep.interval.every == 1

@@ -29,6 +29,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from webhooks import heads, retry_policy
+from webhooks.channel_moves import notices_delivered
 from webhooks.delivery_headers import delivery_headers, redact
 from webhooks.endpoint_health import (
     alert_raise,
@@ -56,6 +57,7 @@ class DeliveryClaim:
     url: str
     body: bytes
     headers: dict[str, str]
+    kind: str = ""  # snapshot | status | artifact | notice (a rebind's channel notice)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
                 url=head.url,
                 body=head.body.encode(),
                 headers=headers,
+                kind=head.kind,
             )
             for head, headers in claims
         ),
@@ -221,6 +224,7 @@ def delivery_record_many(
         failures: list[tuple[DeliveryClaim, TransportResult]] = []
         endpoint_of: dict[int, int] = {}
         endpoint_state: dict[int, Recorded] = {}
+        kinds = {claim.delivery_pk: claim.kind for claim, _ in results}
         for claim, result in results:
             row = current.get(claim.delivery_pk)
             if (
@@ -257,6 +261,9 @@ def delivery_record_many(
             for claim, result in results
         ]
         due_now = outbox.record_write(now, attempted, delivered, config_pks)
+        notices = [pk for pk, _ in delivered if kinds[pk] == "notice"]
+        if notices:  # a rebind's notice: its config moves to the new binding now
+            due_now = set(due_now) | set(notices_delivered(notices, now))
         outcomes = [
             replace(outcome, next_due=True)
             if claim.config_pk in due_now and outcome.state in ("delivered", "dead")

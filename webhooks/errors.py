@@ -22,3 +22,32 @@ class PushDeliveryUnavailable(WebhookError):
     def __init__(self, retry_after: int) -> None:
         self.retry_after = retry_after
         super().__init__("no webhook delivery worker is live right now; retry shortly")
+
+
+class RebindInvalid(WebhookError):
+    """A rebind request that cannot be run as given (unknown agent, a prefix matching no
+    config, a deadline in the past, an unsafe URL, ...): nothing was changed. `field` names
+    the offending input, as InvalidPayload does."""
+
+    def __init__(self, field: str, description: str) -> None:
+        self.field = field
+        self.description = description
+        super().__init__(f"{field}: {description}")
+
+
+class RebindConflict(WebhookError):
+    """Another open rebind covers the same scope; refused unless forced."""
+
+    def __init__(self, other_pk: object, overlap: str) -> None:
+        self.other_pk = other_pk
+        self.overlap = overlap
+        super().__init__(
+            f"rebind {other_pk} is still open over the same scope ({overlap}); "
+            "finish, cut over or abort it first, or force this one"
+        )
+
+
+class RebindNotFound(WebhookError):
+    def __init__(self, pk: object) -> None:
+        self.pk = pk
+        super().__init__(f"no rebind {pk}")

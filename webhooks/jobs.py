@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webhooks.job_names import DELIVER_JOB, HEARTBEAT_JOB, PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
+from webhooks.job_names import (
+    DELIVER_JOB,
+    HEARTBEAT_JOB,
+    PURGE_OLD_ROWS_JOB,
+    REBIND_FIRE_JOB,
+    REBIND_MONITOR_JOB,
+    SWEEP_DELIVERIES_JOB,
+)
 from webhooks.pump import run_pump
 
 
@@ -45,3 +52,19 @@ def heartbeat_job(self) -> str:
 
 def _consumed_queues(app) -> list[str]:
     return sorted(app.amqp.queues.consume_from or [])
+
+
+@shared_task(name=REBIND_MONITOR_JOB)
+def rebind_monitor_job() -> int:
+    """Advance every open rebind (webhooks.rebind.rebind_monitor); idempotent."""
+    from webhooks.rebind import rebind_monitor
+
+    return rebind_monitor()
+
+
+@shared_task(name=REBIND_FIRE_JOB)
+def rebind_fire_job(rebind_pk: str) -> str:
+    """A scheduled rebind's one-off clocked job: start it (the monitor is the backstop)."""
+    from webhooks.rebind import rebind_fire
+
+    return rebind_fire(rebind_pk).state

@@ -78,6 +78,11 @@ class PushBinding(models.Model):
     # The agent's card URL as the client reached it: the `iss` of delivery JWTs.
     issuer = models.CharField(max_length=2048, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When it began taking deliveries. NULL: a rebind made it and it waits for the channel
+    # notice on the previous version to be delivered (drain), or for an operator to re-bind an
+    # orphaned task (cutover); what is written for it meanwhile is `held` (webhooks/rebind.py).
+    activated_at = models.DateTimeField(null=True, blank=True)
+    # When it stopped taking new deliveries (what it already owes is still delivered).
     retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -96,6 +101,10 @@ class DeliveryState(models.TextChoices):
     DELIVERED = "delivered", "delivered"
     DEAD = "dead", "dead-lettered"
     CANCELED = "canceled", "canceled (config deleted)"
+    # Written for a binding that is not active yet (a rebind's new channel): sent once it is.
+    HELD = "held", "held (its channel waits for a rebind notice)"
+    # Ended by a rebind (cut over, or aborted before its notice was sent): `last_error` says.
+    SUPERSEDED = "superseded", "superseded by a rebind"
 
 
 OPEN_DELIVERY_STATES = (DeliveryState.PENDING, DeliveryState.SENDING)
@@ -113,7 +122,7 @@ class Delivery(models.Model):
     binding = models.ForeignKey(PushBinding, on_delete=models.PROTECT, related_name="deliveries")
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="deliveries")
     seq = models.PositiveIntegerField()
-    kind = models.CharField(max_length=16)  # snapshot | status | artifact
+    kind = models.CharField(max_length=16)  # snapshot | status | artifact | notice
     body = models.TextField()
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
@@ -166,6 +175,9 @@ class AlertKind(models.TextChoices):
     AUTH_REJECTED = "auth_rejected", "receiver rejected our credentials or signature"
     DEAD_LETTER = "dead_letter", "delivery dead-lettered"
     ENDPOINT_FAILING = "endpoint_failing", "endpoint failing"
+    REBIND_DEADLINE = "rebind_deadline", "rebind deadline approaching with tasks on the old channel"
+    REBIND_NOTICE_DEAD = "rebind_notice_dead", "a rebind notice dead-lettered"
+    TASKS_OUTLIVE_CARD = "tasks_outlive_card", "tasks outlive the card clients hold"
 
 
 class Alert(models.Model):
@@ -173,6 +185,7 @@ class Alert(models.Model):
 
     kind = models.CharField(max_length=32, choices=AlertKind.choices)
     endpoint = models.ForeignKey(Endpoint, null=True, blank=True, on_delete=models.CASCADE)
+    rebind = models.ForeignKey("Rebind", null=True, blank=True, on_delete=models.CASCADE)
     message = models.CharField(max_length=500)
     count = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -204,3 +217,138 @@ class OperatorAction(models.Model):
     def record(cls, actor: str, action: str, target: dict) -> OperatorAction:
         """The one way an action is audited (inside the action's transaction)."""
         return cls.objects.create(actor=actor[:150], action=action, target=target)
+
+
+class RebindState(models.TextChoices):
+    """webhooks/rebind_machine.py holds the transitions."""
+
+    SCHEDULED = "scheduled", "scheduled"
+    PREPARING = "preparing", "preparing (new key published, not signing yet)"
+    DRAINING = "draining", "draining"
+    COMPLETED = "completed", "completed"
+    CUT_OVER = "cut_over", "cut over"
+    ABORTED = "aborted", "aborted"
+
+
+class Rebind(models.Model):
+    """One rebind of an agent's push channels: an audited, two-phase operation.
+
+    Scope (any combination): rotate the agent's signing key; move every live config whose URL
+    starts with `move_from` to `move_to` (optionally only on `move_origin`); replace one
+    config's URL and/or credentials (`config` and the `new_*` fields; a client re-registering
+    a config id is this scope). The policy and the deadline action are declared up front.
+    webhooks/rebind.py runs it; one ChannelMove row per config it moves.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="rebinds")
+    rotate_key = models.BooleanField(default=False)
+    move_from = models.CharField(max_length=2048, blank=True)
+    move_to = models.CharField(max_length=2048, blank=True)
+    move_origin = models.CharField(max_length=300, blank=True)
+    config = models.ForeignKey(
+        PushConfig, null=True, blank=True, on_delete=models.CASCADE, related_name="rebinds"
+    )
+    new_url = models.CharField(max_length=2048, blank=True)
+    new_token_encrypted = models.TextField(blank=True)
+    new_auth_scheme = models.CharField(max_length=64, blank=True)
+    new_credentials_encrypted = models.TextField(blank=True)
+    # The client's new binding, when the client re-registered the config (already made).
+    client_binding = models.ForeignKey(
+        PushBinding, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    policy = models.CharField(max_length=8)  # agents.models.PushChannelPolicy
+    finish_on_old = models.BooleanField(
+        default=False, help_text="drain: in-flight tasks stay on the old channel until terminal"
+    )
+    state = models.CharField(
+        max_length=16, choices=RebindState.choices, default=RebindState.PREPARING
+    )
+    deadline_seconds = models.PositiveIntegerField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=8)  # agents.models.OnDrainTimeout
+    extended_at = models.DateTimeField(null=True, blank=True)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500, blank=True)
+    forced = models.BooleanField(default=False)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    old_key = models.ForeignKey(
+        "agents.SigningKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    new_key = models.ForeignKey(
+        "agents.SigningKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Preparing: the new key signs from this time on (published for the minimum overlap).
+    activate_key_at = models.DateTimeField(null=True, blank=True)
+    # Draining: the configs whose current binding was made before this time are the old version.
+    cutoff = models.DateTimeField(null=True, blank=True)
+    moves_planned = models.BooleanField(default=False)  # every old-version config has its move
+    # After completion: when the old key retires (last old delivery + retry horizon + tolerance).
+    old_key_retire_after = models.DateTimeField(null=True, blank=True)
+    alerted_percent = models.PositiveSmallIntegerField(default=0)  # 0, 50, 90, 100
+    counts = models.JSONField(default=dict, blank=True)
+    counts_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state"], name="rebind_state")]
+
+    def __str__(self) -> str:
+        return f"rebind {self.pk} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_REBIND_STATES
+
+
+OPEN_REBIND_STATES = (RebindState.SCHEDULED, RebindState.PREPARING, RebindState.DRAINING)
+
+
+class MoveState(models.TextChoices):
+    NOTICE_PENDING = "notice_pending", "notice pending on the old channel"
+    MOVED = "moved", "moved to the new channel"
+    FINISHING_ON_OLD = "finishing_on_old", "finishing on the old channel"
+    FINISHED_ON_OLD = "finished_on_old", "finished on the old channel"
+    ORPHANED = "orphaned", "orphaned (cut over)"
+    REBOUND = "rebound", "orphan re-bound by an operator"
+    REVERTED = "reverted", "reverted (rebind aborted before the move)"
+
+
+ON_OLD_MOVE_STATES = (MoveState.NOTICE_PENDING, MoveState.FINISHING_ON_OLD)
+
+
+class ChannelMove(models.Model):
+    """One config's move in a rebind: from `old_binding` to `new_binding`, announced by
+    `notice` (a delivery on the old binding). The per-task channel history is these rows
+    with the binding versions."""
+
+    rebind = models.ForeignKey(Rebind, on_delete=models.CASCADE, related_name="moves")
+    config = models.ForeignKey(PushConfig, on_delete=models.CASCADE, related_name="moves")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="channel_moves")
+    old_binding = models.ForeignKey(PushBinding, on_delete=models.PROTECT, related_name="+")
+    new_binding = models.ForeignKey(
+        PushBinding, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    notice = models.ForeignKey(
+        Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(max_length=16, choices=MoveState.choices)
+    from_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["rebind", "config"], name="channelmove_once")
+        ]
+        indexes = [
+            models.Index(fields=["rebind", "state"], name="channelmove_rebind_state"),
+            models.Index(fields=["notice"], name="channelmove_notice"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.config_id}: {self.state}"

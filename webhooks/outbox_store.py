@@ -110,9 +110,10 @@ class OutboxStore(Protocol):
     def outbox_write(
         self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
     ) -> int:
-        """Write one pending delivery of a task event per current binding of the task's live
-        push configs (config rows locked in id order first) and make each config due now
-        unless its head is already scheduled. Returns how many deliveries were written."""
+        """Write one delivery of a task event per current binding of the task's live push
+        configs (config rows locked in id order first): pending, and its config due now
+        unless its head is already scheduled; `held` for a binding a rebind has not activated
+        yet. Returns how many pending deliveries were written (each one wants a pump)."""
         ...
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
@@ -220,7 +221,11 @@ def _outbox_write_sql() -> str:
             "seq": "%(seq)s",
             "kind": "%(kind)s",
             "body": "%(body)s",
-            "state": _literal(DeliveryState.PENDING),
+            # A rebind's new binding waits for its notice: what it is owed meanwhile is held.
+            "state": (
+                f"CASE WHEN b.activated_at IS NULL THEN {_literal(DeliveryState.HELD)} "
+                f"ELSE {_literal(DeliveryState.PENDING)} END"
+            ),
             "attempts": _default(Delivery, "attempts"),
             "next_attempt_at": "%(now)s",
             "last_error": _default(Delivery, "last_error"),
@@ -238,10 +243,10 @@ WITH configs AS (
     SELECT {values}
     FROM {_table(PushBinding)} b JOIN configs c ON c.id = b.config_id
     WHERE b.retired_at IS NULL
-    RETURNING config_id
+    RETURNING config_id, state
 )
 UPDATE {_table(PushConfig)} p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
-WHERE p.id IN (SELECT config_id FROM written)
+WHERE p.id IN (SELECT config_id FROM written WHERE state = {_literal(DeliveryState.PENDING)})
 RETURNING p.id
 """
 
@@ -454,7 +459,7 @@ class OrmOutboxStore:
         bindings = list(
             PushBinding.objects.filter(
                 config__task_id=task_pk, config__deleted_at__isnull=True, retired_at__isnull=True
-            ).values_list("pk", "config_id")
+            ).values_list("pk", "config_id", "activated_at")
         )
         if not bindings:
             return 0
@@ -467,11 +472,15 @@ class OrmOutboxStore:
                 kind=kind,
                 body=body,
                 next_attempt_at=now,
+                # A rebind's new binding waits for its notice: held until then.
+                state=DeliveryState.PENDING if active else DeliveryState.HELD,
             )
-            for binding_pk, config_pk in bindings
+            for binding_pk, config_pk, active in bindings
         )
-        heads.owe([config_pk for _, config_pk in bindings], now)
-        return len(bindings)
+        owed = [config_pk for _, config_pk, active in bindings if active]
+        if owed:
+            heads.owe(owed, now)
+        return len(owed)
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
         due = PushConfig.objects.filter(head_due_at__lte=now)

@@ -14,28 +14,29 @@ outbox hook. A registration therefore misses nothing.
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from a2a.types import a2a_pb2
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform.lib.crypto import decrypt, encrypt
+from a2a_platform.lib.crypto import decrypt
 from a2a_platform.lib.on_commit import send_job
 from agents import readiness
 from agents.models import Agent
-from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.job_names import SWEEP_DISPATCHES_JOB
 from tasks.models import Task, TaskEvent
 from tasks.services import lock_task
 from webhooks import heads
+from webhooks.bindings import (
+    CheckedConfig,
+    binding_create,
+    body_bytes,
+    push_config_check,
+    snapshot_body,
+)
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
@@ -50,64 +51,9 @@ from webhooks.models import (
     PushConfig,
 )
 from webhooks.outbox_store import get_outbox_store
+from webhooks.rebind import client_rebind, client_rebind_applies
 from webhooks.selectors import due_configs
-from webhooks.ssrf import UnsafeDestination, check_url
 from webhooks.wake import wake, wake_on_commit
-
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
-# Token and credentials travel in request headers: printable ASCII only (a newline or a
-# non-ASCII character would make every delivery of the config fail to be sent).
-_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
-
-
-def body_bytes(payload: dict[str, Any]) -> str:
-    """The exact text of a delivery body (signed and sent as is)."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-
-
-def normalize_origin(url: str) -> str:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
-
-
-@dataclass(frozen=True)
-class CheckedConfig:
-    """A push config `push_config_check` accepted: valid, and its URL's host resolved to
-    addresses the SSRF policy permits."""
-
-    cfg: a2a_pb2.TaskPushNotificationConfig
-
-
-def push_config_check(config: dict[str, Any]) -> CheckedConfig:
-    """Validate a push config and check its URL. Raises InvalidPayload.
-
-    This resolves the URL's host, whose owner decides how long that takes: call it outside
-    any transaction (the protocol runs it off its ORM threads, with a deadline:
-    a2a_platform/protocol/operations.py)."""
-    cfg = wire.parse_proto(config, a2a_pb2.TaskPushNotificationConfig, "config")
-    if not cfg.url:
-        raise InvalidPayload("url", "is required")
-    if cfg.id and not CONFIG_ID.fullmatch(cfg.id):
-        raise InvalidPayload(
-            "id",
-            "must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - (and not '.' or '..')",
-        )
-    if len(cfg.token) > 1024 or not _HEADER_VALUE.fullmatch(cfg.token):
-        raise InvalidPayload("token", "must be printable ASCII, at most 1024 characters")
-    if cfg.HasField("authentication"):
-        auth = cfg.authentication
-        if not _SCHEME.fullmatch(auth.scheme):
-            raise InvalidPayload("authentication.scheme", "must be an HTTP auth scheme name")
-        if len(auth.credentials) > 4096 or not _HEADER_VALUE.fullmatch(auth.credentials):
-            raise InvalidPayload(
-                "authentication.credentials", "must be printable ASCII, at most 4 KiB"
-            )
-    try:
-        check_url(cfg.url)
-    except UnsafeDestination as exc:
-        raise InvalidPayload("url", str(exc)) from None
-    return CheckedConfig(cfg)
 
 
 def push_config_gate(
@@ -131,28 +77,39 @@ def push_config_gate(
         raise PushDeliveryUnavailable(retry_after=readiness.RETRY_AFTER_SECONDS)
 
 
-def _snapshot_body(task: Task) -> str:
-    artifacts = list(task.artifacts.order_by("id"))
-    return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
-
-
 def push_config_create(
     *, task: Task, config: CheckedConfig | dict[str, Any], issuer: str = ""
 ) -> PushBinding:
     """Register a webhook for a task: binding version 1, or n+1 for an existing config id.
 
     One transaction with the task row locked: the binding, its endpoint row, and a snapshot
-    delivery (a `task` StreamResponse of the task as it is now). Older versions are retired:
-    they take no new deliveries, but what they already owe is still delivered through them.
-    A dict is checked here first (`push_config_check`, which resolves DNS). Raises
-    InvalidPayload (bad or unsafe URL, too many configs), TaskNotFound, and PushNotSupported
-    when the agent's push notifications are off (its switch as the locked task row reads
-    it). Interfaces call `push_config_gate` first, which also refuses while no delivery
-    worker is live.
+    delivery (a `task` StreamResponse of the task as it is now). Re-registering an existing
+    config id is a rebind of that one task under the agent's declared policy
+    (webhooks/rebind.py, `client_rebind`): under drain, while the task is in flight, the new
+    version waits for a channel notice on the old one; otherwise the old version is retired
+    at once (it takes no new deliveries, but what it already owes is still delivered
+    through it). A dict is checked here first (`push_config_check`, which resolves DNS).
+    Raises InvalidPayload (bad or unsafe URL, too many configs), TaskNotFound, and
+    PushNotSupported when the agent's push notifications are off (its switch as the locked
+    task row reads it). Interfaces call `push_config_gate` first, which also refuses while
+    no delivery worker is live.
     """
     checked = config if isinstance(config, CheckedConfig) else push_config_check(config)
     cfg = checked.cfg
     now = timezone.now()
+    auth = cfg.authentication if cfg.HasField("authentication") else None
+
+    def make_binding(_old: PushBinding | None = None, *, active: bool) -> PushBinding:
+        return binding_create(
+            config=push,
+            url=cfg.url,
+            token=cfg.token,
+            auth_scheme=auth.scheme if auth else "",
+            credentials=auth.credentials if auth else "",
+            issuer=issuer,
+            activated_at=now if active else None,
+        )
+
     with transaction.atomic():
         task = lock_task(task.pk)
         push_config_gate(agent=task.agent, registering=False)
@@ -165,6 +122,12 @@ def push_config_create(
                     "config",
                     f"a task has at most {settings.A2A_WEBHOOK_MAX_CONFIGS_PER_TASK} push configs",
                 )
+        if push is not None and client_rebind_applies(task, push):
+            binding = client_rebind(
+                task=task, config=push, make_binding=lambda old: make_binding(active=False), now=now
+            )
+            wake_on_commit()
+            return binding
         if push is None:
             push = PushConfig.objects.create(task=task, config_id=config_id, current_version=1)
         else:
@@ -172,28 +135,14 @@ def push_config_create(
             push.current_version += 1
             push.deleted_at = None
             push.save(update_fields=["current_version", "deleted_at"])
-        endpoint, _ = Endpoint.objects.get_or_create(origin=normalize_origin(cfg.url))
-        binding = PushBinding.objects.create(
-            config=push,
-            version=push.current_version,
-            url=cfg.url,
-            endpoint=endpoint,
-            token_encrypted=encrypt(cfg.token) if cfg.token else "",
-            auth_scheme=cfg.authentication.scheme if cfg.HasField("authentication") else "",
-            issuer=issuer[:2048],
-            credentials_encrypted=(
-                encrypt(cfg.authentication.credentials)
-                if cfg.HasField("authentication") and cfg.authentication.credentials
-                else ""
-            ),
-        )
+        binding = make_binding(active=True)
         Delivery.objects.create(
             config=push,
             binding=binding,
             task=task,
             seq=task.last_seq,
             kind="snapshot",
-            body=_snapshot_body(task),
+            body=snapshot_body(task),
             next_attempt_at=now,
         )
         heads.owe([push.pk], now)

@@ -122,6 +122,8 @@ def seconds_until(delivery: Delivery) -> float:
 
 
 def test_every_status_and_artifact_event_writes_one_delivery_per_current_binding(agent):
+    agent.push_rebind_policy = "cutover"  # the re-registration below switches at once
+    agent.save()
     task = new_task(agent)
     a = register(task, "a")
     b = register(task, "b", url="https://b.example.org/hook")

@@ -250,7 +250,18 @@ def test_delete_while_a_delivery_is_in_flight_stops_it(wire, agent, key):
 # --- Rebinding (create with an existing id) ---------------------------------------------------
 
 
-def test_create_with_an_existing_id_makes_binding_version_two(wire, agent, key):
+def _deliver_heads(push: PushConfig) -> list[str]:
+    """Deliver the config's heads one by one until none is due; the kinds delivered."""
+    kinds = []
+    while (claim := delivery_claim_head(config_pk=push.pk)) is not None:
+        kinds.append(Delivery.objects.get(pk=claim.delivery_pk).kind)
+        delivery_record(claim=claim, result=_ok())
+    return kinds
+
+
+def test_create_with_an_existing_id_under_cutover_switches_to_version_two_at_once(wire, agent, key):
+    agent.push_rebind_policy = "cutover"
+    agent.save()
     task_id = _new_task(wire, key)
     _create(wire, task_id, key, id="cfg", token="t1")
     services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
@@ -287,6 +298,47 @@ def test_create_with_an_existing_id_makes_binding_version_two(wire, agent, key):
     )["result"]
     assert got["url"] == "https://new.example.org/hook"
     assert PushConfig.objects.count() == 1
+
+
+def test_create_with_an_existing_id_under_drain_moves_after_a_notice_on_version_one(
+    wire, agent, key
+):
+    """The default policy: the client's re-registration of an in-flight task is a rebind of
+    that task. v1 delivers what it owes, then a channel-changed notice; v2 (opened by a
+    snapshot) and everything after wait, held, until that notice is delivered."""
+    task_id = _new_task(wire, key)
+    _create(wire, task_id, key, id="cfg", token="t1")
+    services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
+    push = PushConfig.objects.get()
+    v1 = push.bindings.get()
+
+    second = _create(wire, task_id, key, id="cfg", url="https://new.example.org/hook", token="t2")
+    assert second["result"]["url"] == "https://new.example.org/hook"
+    push.refresh_from_db()
+    v2 = push.bindings.get(version=2)
+    v1.refresh_from_db()
+    assert (v2.activated_at, v1.retired_at is not None) == (None, True)
+    services.task_transition(task_id=task_id, to_state=TaskState.INPUT_REQUIRED)
+    on_v1 = list(push.deliveries.filter(binding=v1).order_by("id").values_list("kind", "seq"))
+    assert on_v1 == [("snapshot", 1), ("status", 2), ("notice", 2)]
+    held = list(push.deliveries.filter(binding=v2).order_by("id").values_list("kind", "state"))
+    assert held == [("snapshot", "held"), ("status", "held")]
+    notice = json.loads(push.deliveries.get(kind="notice").body)["statusUpdate"]
+    assert notice["status"]["state"] == "TASK_STATE_WORKING"  # the state, unchanged
+    payload = notice["metadata"]["urn:a2a-platform:ext:push-channel:v1"]
+    assert payload["notice"] == "channel-changed"
+    assert payload["oldChannel"]["version"] == "cfg.v1"
+    assert payload["newChannel"]["version"] == "cfg.v2"
+    assert payload["newChannel"]["origin"] == "https://new.example.org:443"
+    assert payload["fromSeq"] == 2  # the snapshot on v2 carries seq 2
+
+    # v1 first (its two deliveries, then the notice), then v2 in order.
+    assert _deliver_heads(push) == ["snapshot", "status", "notice", "snapshot", "status"]
+    v2.refresh_from_db()
+    assert v2.activated_at is not None
+    assert set(push.deliveries.values_list("state", flat=True)) == {DeliveryState.DELIVERED}
+    services.task_transition(task_id=task_id, to_state=TaskState.COMPLETED)
+    assert push.deliveries.latest("id").binding_id == v2.pk
 
 
 def test_config_cap_refuses_and_writes_nothing(wire, agent, key, settings):

@@ -3,7 +3,12 @@ from django.core.management.base import BaseCommand
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from tasks.job_names import SWEEP_DISPATCHES_JOB
-from webhooks.job_names import HEARTBEAT_JOB, PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
+from webhooks.job_names import (
+    HEARTBEAT_JOB,
+    PURGE_OLD_ROWS_JOB,
+    REBIND_MONITOR_JOB,
+    SWEEP_DELIVERIES_JOB,
+)
 
 # In webhooks, the top app: the schedules name jobs of every app (import contracts).
 # Sweepers run on the `heartbeat` queue: a backlog (or a missing consumer) on `agents` or
@@ -21,6 +26,8 @@ SCHEDULES = {
         "heartbeat",
     ),
     "purge old rows": (PURGE_OLD_ROWS_JOB, "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
+    # Advances open rebinds: counts, completion, deadlines, scheduled starts (webhooks/rebind.py).
+    "rebind monitor": (REBIND_MONITOR_JOB, "A2A_REBIND_MONITOR_INTERVAL_SECONDS", "heartbeat"),
     # Readiness: proof of a live worker, end to end (agents/readiness.py).
     "worker heartbeat": (HEARTBEAT_JOB, "A2A_HEARTBEAT_INTERVAL_SECONDS", "heartbeat"),
 }

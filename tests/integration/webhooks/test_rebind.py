@@ -1,0 +1,483 @@
+"""Rebinds through their services (webhooks/rebind.py), in process: the rows they write, the
+notices, the moves, deadlines, cutover, abort, scheduling and every refused request.
+
+Deliveries are claimed and recorded with the real claim/record services; the transport is the
+one edge replaced (an answer per attempt), since no receiver runs here. The process tests in
+tests/integration/webhooks/test_rebind_processes.py drive the same flows through worker, beat
+and receiver processes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db.models import Count
+from django_celery_beat.models import ClockedSchedule, PeriodicTask
+
+from agents.models import SigningKey, SigningKeyState
+from tasks import services
+from tasks.models import Task
+from tasks.states import TaskState
+from tests.factories import AgentFactory, user_message
+from webhooks import rebind_machine
+from webhooks.delivery import delivery_claim_head, delivery_record
+from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.models import (
+    Alert,
+    AlertKind,
+    ChannelMove,
+    Delivery,
+    DeliveryState,
+    OperatorAction,
+    PushBinding,
+    PushConfig,
+    Rebind,
+    RebindState,
+)
+from webhooks.rebind import (
+    RebindRequest,
+    rebind_abort,
+    rebind_advance,
+    rebind_cutover,
+    rebind_extend,
+    rebind_orphans,
+    rebind_start,
+    retire_margin,
+)
+from webhooks.selectors import rebind_stragglers
+from webhooks.services import push_config_create
+from webhooks.transport import TransportResult
+
+pytestmark = pytest.mark.usefixtures("public_dns")
+
+URI = "urn:a2a-platform:ext:push-channel:v1"
+V1 = "https://client.example.org/hooks/v1/"
+V2 = "https://client.example.org/hooks/v2/"
+T0 = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
+OK = TransportResult(200, {}, "", 1.0, None, None)
+DOWN = TransportResult(503, {}, "", 1.0, "http_5xx", None)
+
+
+@pytest.fixture
+def agent(transactional_db):
+    """The default agent (the in-process `wire` reaches it at the root), with its key."""
+    return AgentFactory(
+        slug="hooks", is_default=True, executor="external", signing_key=True, card_max_age=30
+    )
+
+
+@pytest.fixture
+def clock(time_machine):
+    time_machine.move_to(T0, tick=False)
+    return time_machine
+
+
+def in_flight(agent, n: int = 3, state=TaskState.WORKING, prefix: str = V1) -> list[Task]:
+    tasks = []
+    for i in range(n):
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message(f"t{i}"))
+        push_config_create(
+            task=task, config={"id": f"cfg-{i}", "url": f"{prefix}task-{i}"}, issuer=ISSUER
+        )
+        services.task_transition(task_id=task.pk, to_state=state)
+        tasks.append(task)
+    return tasks
+
+
+ISSUER = "https://agents.example.org/a/.well-known/agent-card.json"
+
+
+def deliver_all(answer: TransportResult = OK) -> list[tuple[str, str, int]]:
+    """Deliver every due head, config by config, in order: (binding url, kind, seq) sent."""
+    sent = []
+    progress = True
+    while progress:
+        progress = False
+        for push in PushConfig.objects.order_by("pk"):
+            while (claim := delivery_claim_head(config_pk=push.pk)) is not None:
+                row = Delivery.objects.select_related("binding").get(pk=claim.delivery_pk)
+                sent.append((row.binding.url, row.kind, row.seq))
+                delivery_record(claim=claim, result=answer)
+                progress = True
+                if answer is not OK:
+                    break
+    return sent
+
+
+def counts() -> dict:
+    return dict(Delivery.objects.values_list("state").annotate(n=Count("id")))
+
+
+def rows() -> tuple[int, ...]:
+    return (
+        Rebind.objects.count(),
+        ChannelMove.objects.count(),
+        PushBinding.objects.count(),
+        Delivery.objects.count(),
+        SigningKey.objects.count(),
+        OperatorAction.objects.count(),
+    )
+
+
+# --- drain ----------------------------------------------------------------------------------
+
+
+def test_drain_moves_each_task_after_its_notice_is_delivered_on_the_old_path(agent):
+    tasks = in_flight(agent)
+    deliver_all()  # what was owed before the rebind
+    rebind = rebind_start(
+        RebindRequest(agent=agent, move_from=V1, move_to=V2, reason="hooks v2"), actor="ops"
+    )
+    assert rebind.state == RebindState.DRAINING
+    assert rebind.counts["noticePending"] == 3
+    for task in tasks:  # the incident: the tasks now wait for input
+        services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
+
+    sent = deliver_all()
+    # Per config: the notice on v1 first, then the held INPUT_REQUIRED status on v2.
+    for i in range(3):
+        mine = [s for s in sent if s[0].endswith(f"task-{i}")]
+        assert mine == [(f"{V1}task-{i}", "notice", 2), (f"{V2}task-{i}", "status", 3)]
+    notice = json.loads(Delivery.objects.filter(kind="notice").first().body)["statusUpdate"]
+    payload = notice["metadata"][URI]
+    assert notice["status"]["state"] == "TASK_STATE_WORKING"
+    assert payload["notice"] == "channel-changed"
+    assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/"
+    assert payload["newChannel"]["origin"] == "https://client.example.org:443"
+    assert payload["fromSeq"] == 3
+    assert payload["jwksUrl"] == "https://agents.example.org/a/.well-known/jwks.json"
+
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    assert rebind.counts["moved"] == 3
+    assert rebind.counts["onOldVersionTotal"] == 0
+    assert rebind.counts["notices"]["delivered"] == 3
+    actions = list(OperatorAction.objects.order_by("id").values_list("action", flat=True))
+    assert actions[-3:] == ["rebind_start", "rebind_drain", "rebind_complete"]
+    assert not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+
+
+def test_new_registrations_during_a_drain_bind_to_the_new_version_at_once(agent):
+    in_flight(agent, 1)
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    late = in_flight(agent, 1, prefix=V2)[0]
+    push = PushConfig.objects.get(task=late)
+    assert push.bindings.get().activated_at is not None  # not held, not moved
+    rebind = rebind_advance(rebind.pk)
+    assert ChannelMove.objects.filter(config=push).count() == 0
+
+
+def test_a_dead_notice_keeps_the_task_on_the_old_version_visibly(agent, settings):
+    settings.A2A_WEBHOOK_RETRY_SCHEDULE = []
+    settings.A2A_WEBHOOK_AUTH_RETRY_SCHEDULE = []
+    task = in_flight(agent, 1)[0]
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
+    deliver_all(DOWN)
+    notice = Delivery.objects.get(kind="notice")
+    assert notice.state == DeliveryState.DEAD
+    # Not moved: the status is still held for v2, nothing went to v2.
+    assert Delivery.objects.get(seq=3).state == DeliveryState.HELD
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.DRAINING
+    assert rebind.counts["notices"]["dead"] == 1
+    assert rebind.counts["onOldVersion"] == {"input-required": 1}
+    [straggler] = rebind_stragglers(rebind)
+    assert (straggler["task"], straggler["notice"]) == (str(task.pk), "dead")
+
+
+def test_key_rotation_publishes_first_then_signs_and_retires_after_the_margin(agent, clock):
+    old = SigningKey.objects.get(agent=agent)
+    in_flight(agent, 2)
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, rotate_key=True), actor="ops")
+    assert rebind.state == RebindState.PREPARING
+    new = SigningKey.objects.get(pk=rebind.new_key_id)
+    assert new.state == SigningKeyState.PUBLISHED  # in the JWKS, not signing
+    assert rebind.activate_key_at == T0 + timedelta(seconds=30)  # the card's max-age
+    clock.shift(29)
+    assert rebind_advance(rebind.pk).state == RebindState.PREPARING
+    clock.shift(1)
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.DRAINING
+    old.refresh_from_db()
+    new.refresh_from_db()
+    assert (old.state, new.state) == (SigningKeyState.RETIRING, SigningKeyState.ACTIVE)
+    notice = json.loads(Delivery.objects.filter(kind="notice").first().body)
+    payload = notice["statusUpdate"]["metadata"][URI]
+    assert payload["oldChannel"]["keyIds"] == [old.kid]
+    assert payload["newChannel"]["keyIds"] == [new.kid]
+    assert payload["newChannel"]["version"].endswith(".v2")  # same URL, next version
+    deliver_all()
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    assert rebind.old_key_retire_after == T0 + timedelta(seconds=30 + retire_margin())
+    clock.shift(retire_margin() - 1)
+    rebind_advance(rebind.pk)
+    old.refresh_from_db()
+    assert old.state == SigningKeyState.RETIRING  # still signing, still published
+    clock.shift(2)
+    rebind_advance(rebind.pk)
+    old.refresh_from_db()
+    assert old.state == SigningKeyState.RETIRED
+
+
+def test_client_reregistration_is_a_one_task_rebind_that_completes(agent):
+    task = in_flight(agent, 1)[0]
+    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}moved"}, issuer=ISSUER)
+    rebind = Rebind.objects.get()
+    assert (rebind.config_id, rebind.actor) == (PushConfig.objects.get().pk, "client anonymous")
+    deliver_all()
+    assert rebind_advance(rebind.pk).state == RebindState.COMPLETED
+
+
+def test_reregistering_again_before_the_notice_replaces_the_waiting_version(agent):
+    task = in_flight(agent, 1)[0]
+    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}a"})
+    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}b"})
+    push = PushConfig.objects.get()
+    v2, v3 = push.bindings.get(version=2), push.bindings.get(version=3)
+    assert v2.retired_at is not None
+    assert v2.activated_at is None
+    assert not Delivery.objects.filter(binding=v2).exclude(state="superseded").exists()
+    sent = deliver_all()
+    assert [s[1] for s in sent if s[0] == f"{V1}task-0"] == ["snapshot", "status", "notice"]
+    assert [s[1] for s in sent if s[0].startswith(V2)] == ["snapshot", "snapshot"]
+    v3.refresh_from_db()
+    assert v3.activated_at is not None
+
+
+# --- finish on old, deadlines ---------------------------------------------------------------
+
+
+def test_finish_on_old_keeps_tasks_until_terminal_then_completes(agent):
+    a, b = in_flight(agent, 2)
+    rebind = rebind_start(
+        RebindRequest(agent=agent, move_from=V1, move_to=V2, finish_on_old=True), actor="ops"
+    )
+    assert not Delivery.objects.filter(kind="notice").exists()
+    services.task_transition(task_id=a.pk, to_state=TaskState.COMPLETED)
+    deliver_all()
+    assert rebind_advance(rebind.pk).counts["onOldVersionTotal"] == 1
+    services.task_transition(task_id=b.pk, to_state=TaskState.COMPLETED)
+    deliver_all()
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    assert rebind.counts["finishedOnOld"] == 2
+    assert set(Delivery.objects.values_list("binding__url", flat=True)) <= {
+        f"{V1}task-0",
+        f"{V1}task-1",
+    }
+
+
+def test_deadline_alerts_then_cuts_over_a_task_left_in_input_required(agent, clock):
+    [task] = in_flight(agent, 1, state=TaskState.INPUT_REQUIRED)
+    rebind = rebind_start(
+        RebindRequest(
+            agent=agent, move_from=V1, move_to=V2, finish_on_old=True, deadline_seconds=100
+        ),
+        actor="ops",
+    )
+    seen = []
+    for seconds in (49, 1, 40, 9, 1):
+        clock.shift(seconds)
+        rebind = rebind_advance(rebind.pk)
+        seen.append((rebind.alerted_percent, rebind.state))
+    assert seen == [
+        (0, "draining"),
+        (50, "draining"),
+        (90, "draining"),
+        (90, "draining"),
+        (100, "cut_over"),
+    ]
+    alert = Alert.objects.get(kind=AlertKind.REBIND_DEADLINE, rebind=rebind)
+    assert "100% of its deadline" in alert.message
+    assert alert.count == 3
+    task.refresh_from_db()
+    mark = task.metadata[URI]
+    assert mark["orphaned"] is True
+    assert mark["orphanedChannels"][0]["version"] == "cfg-0.v1"
+    final = Delivery.objects.get(kind="notice")
+    payload = json.loads(final.body)["statusUpdate"]["metadata"][URI]
+    assert payload["notice"] == "channel-orphaned"
+    assert "newChannel" not in payload
+
+
+def test_extend_once_on_timeout_then_cut_over(agent, clock):
+    in_flight(agent, 1, state=TaskState.INPUT_REQUIRED)
+    rebind = rebind_start(
+        RebindRequest(
+            agent=agent,
+            move_from=V1,
+            move_to=V2,
+            finish_on_old=True,
+            deadline_seconds=60,
+            on_timeout="extend",
+        ),
+        actor="ops",
+    )
+    clock.shift(60)
+    rebind = rebind_advance(rebind.pk)
+    assert (rebind.state, rebind.deadline) == ("draining", T0 + timedelta(seconds=120))
+    assert rebind.extended_at == T0 + timedelta(seconds=60)
+    clock.shift(60)
+    assert rebind_advance(rebind.pk).state == RebindState.CUT_OVER
+
+
+# --- cutover ----------------------------------------------------------------------------------
+
+
+def test_cutover_orphans_in_flight_tasks_with_a_final_notice_and_visible_reasons(
+    agent, wire, settings
+):
+    tasks = in_flight(agent, 2)  # their snapshot and WORKING status are still owed
+    rebind = rebind_start(
+        RebindRequest(agent=agent, move_from=V1, move_to=V2, policy="cutover"), actor="ops"
+    )
+    assert rebind.state == RebindState.CUT_OVER
+    superseded = Delivery.objects.filter(state=DeliveryState.SUPERSEDED)
+    assert superseded.count() == 4
+    assert {d.last_error for d in superseded} == {f"rebind {rebind.pk} cut over"}
+    sent = deliver_all()
+    assert sorted(s[1] for s in sent) == ["notice", "notice"]
+    for task in tasks:
+        got = wire.rpc("GetTask", {"id": str(task.pk)})["result"]
+        assert got["metadata"][URI]["orphaned"] is True
+    # Later events wait on the new version until an operator re-binds the orphans.
+    services.task_transition(task_id=tasks[0].pk, to_state=TaskState.COMPLETED)
+    assert Delivery.objects.filter(state=DeliveryState.HELD).count() == 1
+    assert rebind_orphans(rebind.pk, actor="ops") == 2
+    sent = deliver_all()
+    assert sorted((s[0], s[1]) for s in sent) == [
+        (f"{V2}task-0", "snapshot"),
+        (f"{V2}task-1", "snapshot"),
+    ]
+    got = wire.rpc("GetTask", {"id": str(tasks[1].pk)})["result"]
+    assert URI not in got.get("metadata", {})
+
+
+def test_operator_cutover_of_a_drain_replaces_an_undelivered_notice(agent):
+    task = in_flight(agent, 1)[0]
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    rebind = rebind_cutover(rebind.pk, actor="ops")
+    assert rebind.state == RebindState.CUT_OVER
+    kinds = dict(Delivery.objects.filter(kind="notice").values_list("state", "body"))
+    assert set(kinds) == {DeliveryState.SUPERSEDED, DeliveryState.PENDING}
+    assert "channel-orphaned" in kinds[DeliveryState.PENDING]
+    task.refresh_from_db()
+    assert task.metadata[URI]["orphaned"] is True
+
+
+# --- abort, schedule --------------------------------------------------------------------------
+
+
+def test_abort_during_drain_keeps_moved_tasks_and_returns_the_others(agent):
+    a, b = in_flight(agent, 2)
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    first = PushConfig.objects.get(task=a)
+    while (claim := delivery_claim_head(config_pk=first.pk)) is not None:
+        delivery_record(claim=claim, result=OK)  # a's notice: a moved
+    rebind = rebind_abort(rebind.pk, actor="ops", reason="wrong prefix")
+    assert rebind.state == RebindState.ABORTED
+    assert rebind.counts["moved"] == 1
+    assert rebind.counts["reverted"] == 1
+    services.task_transition(task_id=a.pk, to_state=TaskState.COMPLETED)
+    services.task_transition(task_id=b.pk, to_state=TaskState.COMPLETED)
+    sent = deliver_all()
+    assert ("https://client.example.org/hooks/v2/task-0", "status", 3) in sent
+    assert ("https://client.example.org/hooks/v1/task-1", "status", 3) in sent
+    assert all(kind != "notice" for _, kind, _ in sent)  # b's notice was withdrawn
+
+
+def test_a_scheduled_rebind_has_one_clocked_job_and_can_be_cancelled(agent, clock):
+    in_flight(agent, 1)
+    at = T0 + timedelta(hours=1)
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2, at=at), actor="ops")
+    assert rebind.state == RebindState.SCHEDULED
+    job = PeriodicTask.objects.get(name=f"rebind {rebind.pk}")
+    assert (job.one_off, job.expires, job.clocked.clocked_time) == (True, None, at)
+    assert rebind_advance(rebind.pk).state == RebindState.SCHEDULED  # not yet
+    rebind_abort(rebind.pk, actor="ops")
+    assert not PeriodicTask.objects.filter(name=f"rebind {rebind.pk}").exists()
+    assert not ClockedSchedule.objects.exists()
+
+
+def test_a_scheduled_rebind_starts_when_its_time_comes(agent, clock):
+    in_flight(agent, 1)
+    at = T0 + timedelta(minutes=5)
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2, at=at), actor="ops")
+    clock.shift(300)
+    assert rebind_advance(rebind.pk).state == RebindState.DRAINING
+
+
+# --- refused requests change nothing -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_kw", "field"),
+    [
+        ({"move_from": "https://client.example.org/hooks/v9/", "move_to": V2}, "move_from"),
+        ({"move_from": V1, "move_to": "https://10.0.0.1/hooks/"}, "move_to"),
+        ({"move_from": V1, "move_to": "ftp://client.example.org/x/"}, "move_to"),
+        ({"move_from": V1}, "move_prefix"),
+        ({"move_from": V1, "move_to": V1}, "move_to"),
+        ({}, "scope"),
+        ({"rotate_key": True, "deadline_seconds": 0}, "deadline"),
+        ({"rotate_key": True, "deadline_seconds": -5}, "deadline"),
+        ({"rotate_key": True, "at": datetime(2020, 1, 1, tzinfo=UTC)}, "at"),
+        ({"rotate_key": True, "policy": "sometimes"}, "policy"),
+        ({"rotate_key": True, "on_timeout": "panic"}, "on_timeout"),
+        ({"rotate_key": True, "policy": "cutover", "finish_on_old": True}, "finish_on_old"),
+        ({"rotate_key": True, "new_url": V2}, "new_url"),
+    ],
+)
+def test_bad_requests_are_refused_with_the_field_and_change_nothing(agent, request_kw, field):
+    in_flight(agent, 1)
+    before = rows()
+    with pytest.raises(RebindInvalid) as refused:
+        rebind_start(RebindRequest(agent=agent, **request_kw), actor="ops")
+    assert refused.value.field == field
+    assert rows() == before
+
+
+def test_a_second_open_rebind_over_the_same_scope_is_refused_unless_forced(agent):
+    in_flight(agent, 1)
+    first = rebind_start(
+        RebindRequest(agent=agent, move_from=V1, move_to=V2, finish_on_old=True), actor="ops"
+    )
+    before = rows()
+    with pytest.raises(RebindConflict) as refused:
+        rebind_start(RebindRequest(agent=agent, move_from=V1 + "task", move_to=V2), actor="ops")
+    assert refused.value.other_pk == first.pk
+    assert rows() == before
+    forced = rebind_start(
+        RebindRequest(agent=agent, move_from=V1 + "task", move_to=V2, force=True), actor="ops"
+    )
+    assert forced.forced
+    assert forced.state == RebindState.DRAINING
+
+
+def test_illegal_transitions_are_refused_and_change_nothing(agent):
+    in_flight(agent, 1)
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    deliver_all()
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    before = rows()
+    for call in (
+        lambda: rebind_abort(rebind.pk, actor="ops"),
+        lambda: rebind_cutover(rebind.pk, actor="ops"),
+        lambda: rebind_extend(rebind.pk, seconds=60, actor="ops"),
+        lambda: rebind_orphans(rebind.pk, actor="ops"),
+    ):
+        with pytest.raises(rebind_machine.IllegalRebindTransition):
+            call()
+    assert rows() == before
+    with pytest.raises(RebindNotFound):
+        rebind_advance("not-a-uuid")

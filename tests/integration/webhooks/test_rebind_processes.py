@@ -1,0 +1,356 @@
+"""Rebinds with real processes: a web process (the JWKS the receivers read, GetTask), a
+Celery worker delivering, beat firing the rebind monitor and clocked jobs, and receivers on
+aiohttp that verify each delivery live as a client would (tests/receivers/
+verifying_receiver.py): one re-reads the JWKS every 2 s and trusts only what it last read,
+the other keeps a per-task channel history (webhooks.receiver.ChannelTrust). A rejected
+delivery is answered 401 and recorded with its reason.
+
+The operator runs the rebind with the `rebind` command, as documented in the README.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+
+import httpx
+import pytest
+from django.core.management import call_command
+from django_celery_beat.models import PeriodicTask
+
+from tasks import services
+from tasks.models import Task
+from tasks.states import TaskState
+from tests import live
+from tests.factories import AgentFactory, user_message
+from tests.processes import wait_until
+from tests.readiness_helpers import mark_workers_live
+from tests.webhook_checks import ALLOWED, start_beat, start_worker
+from tests.webhook_receiver import ReceiverProcess
+from webhooks.errors import RebindConflict
+from webhooks.models import ChannelMove, Delivery, DeliveryState, Rebind, RebindState
+from webhooks.rebind import RebindRequest, rebind_start
+from webhooks.services import push_config_create
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
+
+URI = "urn:a2a-platform:ext:push-channel:v1"
+
+
+@pytest.fixture(scope="module")
+def _web(django_db_setup, django_db_blocker, tmp_path_factory):
+    web = live.start_web(
+        tmp_path_factory.mktemp("web"),
+        A2A_WEBHOOK_ALLOWED_NETWORKS=ALLOWED,
+        A2A_SHUTDOWN_GRACE_SECONDS="0",
+        A2A_AGENT_CACHE_SECONDS="0",
+    )
+    try:
+        yield web
+    finally:
+        web.stop()
+
+
+@pytest.fixture
+def web(transactional_db, _web) -> live.LiveWeb:
+    return _web
+
+
+@pytest.fixture
+def agent(transactional_db):
+    # external: the test drives the transitions; a 1 s card max-age is the key's overlap.
+    return AgentFactory(executor="external", signing_key=True, card_max_age=1)
+
+
+def verifying_receiver(tmp_path, web, agent, mode: str) -> ReceiverProcess:
+    jwks = f"{web.url}/{agent.slug}/.well-known/jwks.json"
+    receiver = ReceiverProcess(
+        tmp_path,
+        name=mode,
+        path="/hooks/v1/",
+        command=[
+            sys.executable,
+            "-m",
+            "tests.receivers.verifying_receiver",
+            "--jwks",
+            jwks,
+            "--mode",
+            mode,
+        ],
+    )
+    return receiver.start()
+
+
+def open_tasks(web, agent, receiver, n: int, prefix: str = "/hooks/v1/") -> list[Task]:
+    issuer = f"{web.url}/{agent.slug}/.well-known/agent-card.json"
+    tasks = []
+    for i in range(n):
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+        push_config_create(
+            task=task,
+            config={"id": f"cfg-{i}", "url": f"{receiver.origin}{prefix}task-{i}"},
+            issuer=issuer,
+        )
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+        tasks.append(task)
+    return tasks
+
+
+def all_delivered(timeout: float = 60) -> None:
+    wait_until(
+        lambda: (
+            Delivery.objects.exists()
+            and not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+        ),
+        timeout=timeout,
+        message="every delivery delivered",
+    )
+
+
+def run_rebind(*args: str) -> Rebind:
+    out = io.StringIO()
+    call_command("rebind", *args, stdout=out, stderr=io.StringIO())
+    return Rebind.objects.get(pk=out.getvalue().strip().splitlines()[0])
+
+
+def wait_state(rebind: Rebind, *states: str, timeout: float = 60) -> Rebind:
+    return wait_until(
+        lambda: Rebind.objects.filter(pk=rebind.pk, state__in=states).first(),
+        timeout=timeout,
+        message=f"rebind {rebind.pk} {states}",
+    )
+
+
+def by_task(records) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for record in sorted(records, key=lambda r: r.n):
+        out.setdefault(record.header("x-a2a-task-id"), []).append(record)
+    return out
+
+
+def notice_of(record) -> dict | None:
+    body = json.loads(record.body)
+    return (body.get("statusUpdate", {}).get("metadata") or {}).get(URI)
+
+
+@pytest.mark.parametrize("mode", ["jwks-poll", "channels"])
+def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, mode):
+    """Three tasks WORKING; the operator rotates the key and moves hooks/v1 → hooks/v2 with
+    a drain; the tasks then wait for input. Both receivers accept every delivery, each task's
+    notice arrives on the old path before anything on the new one, and the rebind completes
+    with every task moved."""
+    receiver = verifying_receiver(tmp_path, web, agent, mode)
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    tasks = open_tasks(web, agent, receiver, 3)
+    all_delivered()
+
+    origin = receiver.origin
+    rebind = run_rebind(
+        "start",
+        agent.slug,
+        "--rotate-key",
+        "--move-prefix",
+        f"{origin}/hooks/v1/",
+        f"{origin}/hooks/v2/",
+        "--policy",
+        "drain",
+        "--deadline",
+        "1h",
+    )
+    assert rebind.state == RebindState.DRAINING  # the command returns once it drains
+    for task in tasks:
+        services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
+    rebind = wait_state(rebind, RebindState.COMPLETED)  # beat's monitor completes it
+    all_delivered()
+
+    records = receiver.records()
+    rejected = [(r.path, r.answer.get("reason")) for r in records if r.answer["status"] != 200]
+    assert rejected == []
+    assert rebind.counts["moved"] == 3
+    for task in tasks:
+        mine = by_task(records)[str(task.pk)]
+        paths = [r.path.rsplit("/", 2)[1] for r in mine]  # v1 / v2
+        kinds = [r.header("x-a2a-event-kind") for r in mine]
+        notice_at = kinds.index("notice")
+        assert paths[: notice_at + 1] == ["v1"] * (notice_at + 1)
+        assert paths[notice_at + 1 :] == ["v2"]  # INPUT_REQUIRED, on the new path only
+        assert json.loads(mine[-1].body)["statusUpdate"]["status"]["state"] == (
+            "TASK_STATE_INPUT_REQUIRED"
+        )
+        payload = notice_of(mine[notice_at])
+        assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/"
+        assert payload["newChannel"]["keyIds"] == [rebind.new_key.kid]
+
+
+def test_cutover_orphans_visibly_with_a_final_notice(web, procs, tmp_path, agent):
+    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    tasks = open_tasks(web, agent, receiver, 2)
+    all_delivered()
+    origin = receiver.origin
+    rebind = run_rebind(
+        "start",
+        agent.slug,
+        "--move-prefix",
+        f"{origin}/hooks/v1/",
+        f"{origin}/hooks/v2/",
+        "--policy",
+        "cutover",
+    )
+    assert rebind.state == RebindState.CUT_OVER
+    all_delivered()
+    for task in tasks:
+        got = httpx.get(
+            f"{web.url}/{agent.slug}/tasks/{task.pk}", headers={"A2A-Version": "1.0"}, timeout=10
+        )
+        assert got.status_code == 200, got.text
+        mark = got.json()["metadata"][URI]
+        assert mark["orphaned"] is True
+        assert mark["orphanedChannels"][0]["rebindId"] == str(rebind.pk)
+    records = receiver.records()
+    finals = [notice_of(r) for r in records if r.header("x-a2a-event-kind") == "notice"]
+    assert [f["notice"] for f in finals] == ["channel-orphaned", "channel-orphaned"]
+    # After the cutover, a task's events wait (held, visible) for an operator's re-bind.
+    services.task_transition(task_id=tasks[0].pk, to_state=TaskState.COMPLETED)
+    held = Delivery.objects.get(task=tasks[0], seq=3)
+    assert held.state == DeliveryState.HELD
+    assert all(r.answer["status"] == 200 for r in receiver.records())
+
+
+def test_a_worker_killed_mid_drain_loses_nothing_and_sends_no_notice_twice(
+    web, procs, tmp_path, agent, receivers
+):
+    """The receiver answers slowly, the worker is SIGKILLed while notices are in flight and
+    started again: the drain completes, every notice arrives, and each task's notice keeps
+    one event id across its tries."""
+    slow = receivers.start(hang=0.3)
+    worker = start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    tasks = open_tasks(web, agent, slow.at("/hooks/v1/"), 12)
+    all_delivered()
+    rebind = run_rebind(
+        "start",
+        agent.slug,
+        "--move-prefix",
+        f"{slow.origin}/hooks/v1/",
+        f"{slow.origin}/hooks/v2/",
+    )
+    wait_until(
+        lambda: Delivery.objects.filter(kind="notice", state=DeliveryState.DELIVERED).exists(),
+        timeout=30,
+        message="a first notice delivered",
+    )
+    worker.kill()
+    start_worker(procs, name="worker2")
+    wait_state(rebind, RebindState.COMPLETED, timeout=90)
+    notices = [r for r in slow.records() if r.header("x-a2a-event-kind") == "notice"]
+    ids_per_task: dict[str, set[str]] = {}
+    for record in notices:
+        ids_per_task.setdefault(record.header("x-a2a-task-id"), set()).add(record.webhook_id)
+    assert sorted(ids_per_task) == sorted(str(t.pk) for t in tasks)
+    assert all(len(ids) == 1 for ids in ids_per_task.values())
+    assert Delivery.objects.filter(kind="notice").count() == 12
+    assert ChannelMove.objects.filter(rebind=rebind, state="moved").count() == 12
+
+
+def test_a_scheduled_rebind_is_fired_by_beat(web, procs, tmp_path, agent):
+    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    open_tasks(web, agent, receiver, 1)
+    all_delivered()
+    rebind = run_rebind(
+        "schedule",
+        agent.slug,
+        "--move-prefix",
+        f"{receiver.origin}/hooks/v1/",
+        f"{receiver.origin}/hooks/v2/",
+        "--at",
+        "+3s",
+    )
+    assert rebind.state == RebindState.SCHEDULED
+    rebind = wait_state(rebind, RebindState.COMPLETED, timeout=60)
+    job = PeriodicTask.objects.get(name=f"rebind {rebind.pk}")
+    assert job.one_off
+    assert all(r.answer["status"] == 200 for r in receiver.records())
+
+
+def test_a_client_reregistering_mid_task_is_moved_after_a_notice(web, procs, tmp_path, agent):
+    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    [task] = open_tasks(web, agent, receiver, 1)
+    all_delivered()
+    answer = httpx.post(
+        f"{web.url}/{agent.slug}/tasks/{task.pk}/pushNotificationConfigs",
+        headers={"A2A-Version": "1.0"},
+        json={"id": "cfg-0", "url": f"{receiver.origin}/hooks/v2/task-0"},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+    all_delivered()
+    mine = by_task(receiver.records())[str(task.pk)]
+    firsts = {}  # at least once: a retry repeats a webhook-id; its first arrival counts
+    for record in mine:
+        firsts.setdefault(record.webhook_id, record)
+    kinds = [(r.path.rsplit("/", 2)[1], r.header("x-a2a-event-kind")) for r in firsts.values()]
+    assert kinds == [
+        ("v1", "snapshot"),
+        ("v1", "status"),
+        ("v1", "notice"),
+        ("v2", "snapshot"),
+        ("v2", "status"),
+    ]
+    assert all(r.answer["status"] == 200 for r in mine)
+    rebind = Rebind.objects.get()
+    assert wait_state(rebind, RebindState.COMPLETED).actor == "client anonymous"
+
+
+def test_two_rebinds_racing_for_the_same_scope_open_one(agent, public_dns):
+    prefix = "https://client.example.org/hooks/v1/"
+    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+    push_config_create(task=task, config={"id": "c", "url": f"{prefix}x"})
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def start() -> None:
+        from django.db import connection
+
+        barrier.wait()
+        try:
+            rebind_start(
+                RebindRequest(
+                    agent=agent,
+                    move_from=prefix,
+                    move_to="https://client.example.org/hooks/v2/",
+                    finish_on_old=True,
+                ),
+                actor="ops",
+            )
+            outcomes.append("opened")
+        except RebindConflict:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["opened", "refused"]
+    assert Rebind.objects.count() == 1

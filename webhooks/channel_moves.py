@@ -1,0 +1,351 @@
+"""The delivery side of a rebind's moves: what happens when a channel notice is delivered.
+
+A drain moves a config only once its notice, a delivery on the old binding, is delivered: the
+record of that attempt (webhooks/delivery.py) calls `notices_delivered` in its transaction,
+which activates the new binding and releases what was held for it. Nothing here runs unless
+a notice was recorded. The rest of the rebind is webhooks/rebind.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from tasks import wire
+from tasks.models import Task
+from tasks.services import task_extension_metadata_set
+from webhooks import heads
+from webhooks.bindings import body_bytes, normalize_origin, snapshot_body
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    ChannelMove,
+    Delivery,
+    DeliveryState,
+    MoveState,
+    PushBinding,
+    PushConfig,
+)
+
+
+def activate(move_pks: Collection[int], now: datetime) -> list[int]:
+    """Activate the new bindings of these moves (still waiting for their notice) and release
+    their held deliveries; the moves become `moved`. Inside the caller's transaction, with
+    the configs locked (heads.lock). Returns the config pks made due."""
+    rows = list(
+        ChannelMove.objects.filter(
+            pk__in=list(move_pks), state=MoveState.NOTICE_PENDING
+        ).values_list("pk", "config_id", "new_binding_id")
+    )
+    if not rows:
+        return []
+    ChannelMove.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(
+        state=MoveState.MOVED, finished_at=now
+    )
+    bindings = [binding for _, _, binding in rows if binding is not None]
+    PushBinding.objects.filter(pk__in=bindings, activated_at__isnull=True).update(activated_at=now)
+    Delivery.objects.filter(binding_id__in=bindings, state=DeliveryState.HELD).update(
+        state=DeliveryState.PENDING, next_attempt_at=now
+    )
+    configs = sorted({config for _, config, _ in rows})
+    heads.refresh(configs)
+    return configs
+
+
+def notices_delivered(delivery_pks: Collection[int], now: datetime) -> list[int]:
+    """Notices just recorded as delivered: move their configs to the new binding (a notice
+    whose move was reverted, orphaned or already moved changes nothing). The caller holds the
+    configs locked. Returns the config pks made due."""
+    pks = list(
+        ChannelMove.objects.filter(
+            notice_id__in=list(delivery_pks), state=MoveState.NOTICE_PENDING
+        ).values_list("pk", flat=True)
+    )
+    return activate(pks, now) if pks else []
+
+
+# --- moving one config (inside a rebind's transaction, task and config rows locked) --------
+
+PUSH_CHANNEL_URI = "urn:a2a-platform:ext:push-channel:v1"
+
+CHANNEL_CHANGED = "channel-changed"
+CHANNEL_ORPHANED = "channel-orphaned"
+
+
+def channel_name(config: PushConfig, version: int) -> str:
+    """A channel version as `X-A2A-Binding-Version` names it."""
+    return f"{config.config_id}.v{version}"
+
+
+def jwks_url_of(binding: PushBinding) -> str:
+    """The JWKS beside the card the client reached (the binding's issuer), if it is known."""
+    issuer = binding.issuer
+    marker = "/.well-known/"
+    return issuer.split(marker, 1)[0] + marker + "jwks.json" if marker in issuer else ""
+
+
+def _path_prefix(url: str, prefix: str) -> str:
+    return urlsplit(prefix).path if prefix else urlsplit(url).path
+
+
+@dataclass(frozen=True)
+class Channels:
+    """What a notice names: the key ids of the old and new channel, the policy, the moved
+    prefix (for the new channel's path prefix)."""
+
+    rebind_pk: object
+    policy: str
+    old_key_ids: list[str]
+    new_key_ids: list[str]
+    new_prefix: str = ""
+
+
+def notice_body(
+    task: Task,
+    *,
+    kind: str,
+    channels: Channels,
+    config: PushConfig,
+    old: PushBinding,
+    new: PushBinding | None,
+    from_seq: int,
+) -> str:
+    """A channel notice: a TaskStatusUpdateEvent with the task's unchanged status and the
+    payload under the extension's URI (docs/webhooks-receiving.md, "Rebinds")."""
+    payload: dict[str, Any] = {
+        "notice": kind,
+        "rebindId": str(channels.rebind_pk),
+        "policy": channels.policy,
+        "oldChannel": {
+            "version": channel_name(config, old.version),
+            "keyIds": channels.old_key_ids,
+        },
+        "fromSeq": from_seq,
+        "jwksUrl": jwks_url_of(old),
+    }
+    if new is not None and kind == CHANNEL_CHANGED:
+        payload["newChannel"] = {
+            "version": channel_name(config, new.version),
+            "origin": normalize_origin(new.url),
+            "pathPrefix": _path_prefix(new.url, channels.new_prefix),
+            "keyIds": channels.new_key_ids,
+        }
+    event = wire.status_update_json(task)
+    event["statusUpdate"]["metadata"] = {PUSH_CHANNEL_URI: payload}
+    return body_bytes(event)
+
+
+def _current_bindings(config: PushConfig) -> tuple[PushBinding | None, PushBinding | None]:
+    """(the last binding that took deliveries, a newer one still waiting to be activated)."""
+    active = config.bindings.filter(activated_at__isnull=False).order_by("-version").first()
+    waiting = (
+        config.bindings.filter(activated_at__isnull=True, retired_at__isnull=True)
+        .order_by("-version")
+        .first()
+    )
+    return active, waiting
+
+
+def _supersede(query, reason: str, now: datetime) -> int:
+    return query.update(state=DeliveryState.SUPERSEDED, last_error=reason[:300], finished_at=now)
+
+
+def _replace_waiting(waiting: PushBinding | None, new: PushBinding, reason: str, now) -> None:
+    """A newer move of the same config replaces one still waiting for its notice: the waiting
+    binding is retired unused, its move reverted, its notice withdrawn if never tried, and
+    what was held for it is held for the new binding instead (never sent, so no receiver saw
+    it under the waiting version)."""
+    if waiting is None:
+        return
+    waiting.retired_at = now
+    waiting.save(update_fields=["retired_at"])
+    for move in ChannelMove.objects.filter(new_binding=waiting, state=MoveState.NOTICE_PENDING):
+        move.state, move.finished_at = MoveState.REVERTED, now
+        move.save(update_fields=["state", "finished_at"])
+        if move.notice_id:
+            _supersede(
+                Delivery.objects.filter(pk=move.notice_id, state=DeliveryState.PENDING, attempts=0),
+                reason,
+                now,
+            )
+    Delivery.objects.filter(binding=waiting, state=DeliveryState.HELD).update(binding=new)
+
+
+def _notice(task, config, old, body: str, now) -> Delivery:
+    return Delivery.objects.create(
+        config=config,
+        binding=old,
+        task=task,
+        seq=task.last_seq,
+        kind="notice",
+        body=body,
+        next_attempt_at=now,
+    )
+
+
+def move_config(
+    *,
+    rebind_pk: object,
+    task: Task,
+    config: PushConfig,
+    make_binding: Callable[[PushBinding], PushBinding],
+    channels: Channels,
+    now: datetime,
+    snapshot: bool = False,
+    orphan: bool = False,
+) -> ChannelMove | None:
+    """Move one config to a new binding version (made by `make_binding(old)` after the
+    version was bumped, not active) and announce it on the old binding: a channel-changed
+    notice (drain: the move completes when it is delivered, `notices_delivered`), or with
+    `orphan` a channel-orphaned final notice, the old binding's open deliveries superseded and
+    the task marked orphaned (cutover: the new binding waits for an operator's re-bind).
+    `snapshot`: a held snapshot opens the new channel (a client's re-registration). None when
+    the config has no binding that ever took deliveries."""
+    old, waiting = _current_bindings(config)
+    if old is None:
+        return None
+    if old.retired_at is None:
+        old.retired_at = now
+        old.save(update_fields=["retired_at"])
+    config.current_version += 1
+    config.save(update_fields=["current_version"])
+    new = make_binding(old)
+    _replace_waiting(waiting, new, f"replaced by rebind {rebind_pk}", now)
+    from_seq = task.last_seq + 1
+    if snapshot:
+        Delivery.objects.create(
+            config=config,
+            binding=new,
+            task=task,
+            seq=task.last_seq,
+            kind="snapshot",
+            body=snapshot_body(task),
+            next_attempt_at=now,
+            state=DeliveryState.HELD,
+        )
+        from_seq = task.last_seq
+    if orphan:
+        _supersede(
+            Delivery.objects.filter(binding=old, state__in=OPEN_DELIVERY_STATES),
+            f"rebind {rebind_pk} cut over",
+            now,
+        )
+    kind = CHANNEL_ORPHANED if orphan else CHANNEL_CHANGED
+    body = notice_body(
+        task, kind=kind, channels=channels, config=config, old=old, new=new, from_seq=from_seq
+    )
+    notice = _notice(task, config, old, body, now)
+    heads.refresh([config.pk])
+    move = ChannelMove.objects.create(
+        rebind_id=rebind_pk,
+        config=config,
+        task=task,
+        old_binding=old,
+        new_binding=new,
+        notice=notice,
+        state=MoveState.ORPHANED if orphan else MoveState.NOTICE_PENDING,
+        from_seq=from_seq,
+        finished_at=now if orphan else None,
+    )
+    if orphan:
+        mark_orphaned(task, config, old, rebind_pk, now)
+    return move
+
+
+def orphan_move(
+    move: ChannelMove,
+    *,
+    task: Task,
+    make_binding: Callable[[PushBinding], PushBinding],
+    channels: Channels,
+    now: datetime,
+) -> None:
+    """Cut over a move still on the old channel (its notice undelivered, or finishing on
+    old): its open deliveries there, a pending notice included, are superseded, a
+    channel-orphaned final notice goes out instead, and the task is marked orphaned."""
+    config = move.config
+    reason = f"rebind {move.rebind_id} cut over"
+    _supersede(
+        Delivery.objects.filter(binding=move.old_binding, state__in=OPEN_DELIVERY_STATES),
+        reason,
+        now,
+    )
+    new = move.new_binding
+    if new is None:  # finishing on old: make the binding an operator can re-bind it to
+        move.old_binding.retired_at = move.old_binding.retired_at or now
+        move.old_binding.save(update_fields=["retired_at"])
+        config.current_version += 1
+        config.save(update_fields=["current_version"])
+        new = make_binding(move.old_binding)
+    body = notice_body(
+        task,
+        kind=CHANNEL_ORPHANED,
+        channels=channels,
+        config=config,
+        old=move.old_binding,
+        new=new,
+        from_seq=task.last_seq + 1,
+    )
+    move.notice = _notice(task, config, move.old_binding, body, now)
+    move.new_binding = new
+    move.state, move.finished_at = MoveState.ORPHANED, now
+    move.save(update_fields=["notice", "new_binding", "state", "finished_at"])
+    heads.refresh([config.pk])
+    mark_orphaned(task, config, move.old_binding, move.rebind_id, now)
+
+
+def mark_orphaned(task: Task, config: PushConfig, old: PushBinding, rebind_pk, now) -> None:
+    """Record on the task (metadata under the extension's URI) that this config's channel
+    was cut over: GetTask, ListTasks and a stream's first Task show it."""
+    entry = dict((task.metadata or {}).get(PUSH_CHANNEL_URI) or {})
+    channels = [
+        c for c in entry.get("orphanedChannels", []) if c.get("configId") != config.config_id
+    ]
+    channels.append(
+        {
+            "configId": config.config_id,
+            "version": channel_name(config, old.version),
+            "rebindId": str(rebind_pk),
+            "at": wire.timestamp_json(now),
+        }
+    )
+    task_extension_metadata_set(
+        task=task, uri=PUSH_CHANNEL_URI, value={"orphaned": True, "orphanedChannels": channels}
+    )
+
+
+def rebind_orphan(move: ChannelMove, *, task: Task, now: datetime) -> None:
+    """An operator re-binds an orphaned config: its new binding is activated, what was held
+    for it since the cutover is superseded by one snapshot of the task as it is now, and
+    the task's orphan mark loses this config."""
+    new = move.new_binding
+    _supersede(
+        Delivery.objects.filter(binding=new, state=DeliveryState.HELD),
+        "replaced by a snapshot when the orphan was re-bound",
+        now,
+    )
+    new.activated_at = now
+    new.save(update_fields=["activated_at"])
+    Delivery.objects.create(
+        config=move.config,
+        binding=new,
+        task=task,
+        seq=task.last_seq,
+        kind="snapshot",
+        body=snapshot_body(task),
+        next_attempt_at=now,
+    )
+    heads.refresh([move.config_id])
+    move.state, move.finished_at = MoveState.REBOUND, now
+    move.save(update_fields=["state", "finished_at"])
+    entry = dict((task.metadata or {}).get(PUSH_CHANNEL_URI) or {})
+    left = [
+        c for c in entry.get("orphanedChannels", []) if c.get("configId") != move.config.config_id
+    ]
+    task_extension_metadata_set(
+        task=task,
+        uri=PUSH_CHANNEL_URI,
+        value={"orphaned": True, "orphanedChannels": left} if left else None,
+    )

@@ -1,0 +1,249 @@
+"""`manage.py rebind`: run a push-channel rebind from the shell (docs/rebinds.md).
+
+Every subcommand calls one service of webhooks/rebind.py, the same ones the admin console and
+the REST API call. Refusals print the reason and exit 2; nothing was changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from datetime import datetime, timedelta
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from agents.models import Agent
+from webhooks import rebind as rebinds
+from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.models import PushConfig, Rebind, RebindState
+from webhooks.rebind_machine import IllegalRebindTransition
+from webhooks.selectors import rebind_stragglers
+
+_DURATION = re.compile(r"(?P<n>\d+)(?P<unit>[smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def duration(text: str) -> int:
+    """`90`, `90s`, `15m`, `1h`, `2d` → seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise CommandError(f"{text!r} is not a duration (e.g. 90s, 15m, 1h, 2d)")
+    return int(match["n"]) * _UNITS[match["unit"]]
+
+
+def moment(text: str) -> datetime:
+    """An ISO 8601 time with its offset, or `+15m` from now."""
+    if text.startswith("+"):
+        return timezone.now() + timedelta(seconds=duration(text[1:]))
+    value = parse_datetime(text)
+    if value is None or value.tzinfo is None:
+        raise CommandError(f"{text!r} is not an ISO 8601 time with an offset, nor +<duration>")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a two-phase push-channel rebind: start, schedule, show, list, advance, cutover, "
+        "extend, abort, rebind-orphans (docs/rebinds.md)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        for name in ("start", "schedule"):
+            p = sub.add_parser(name, help=f"{name} a rebind of an agent's push channels")
+            p.add_argument("agent", help="the agent's slug")
+            p.add_argument("--rotate-key", action="store_true", help="rotate the signing key")
+            p.add_argument(
+                "--move-prefix", nargs=2, metavar=("OLD", "NEW"), help="move URLs OLD… → NEW…"
+            )
+            p.add_argument("--origin", default="", help="only configs on this origin")
+            p.add_argument(
+                "--config", nargs=2, metavar=("TASK", "CONFIG"), help="one config of one task"
+            )
+            p.add_argument("--url", default="", help="the config's new URL (with --config)")
+            p.add_argument("--policy", choices=["drain", "cutover"], help="default: the agent's")
+            p.add_argument("--deadline", type=duration, help="drain deadline (e.g. 1h)")
+            p.add_argument("--on-timeout", choices=["cutover", "extend"])
+            p.add_argument("--finish-on-old", action="store_true")
+            p.add_argument("--reason", default="")
+            p.add_argument("--force", action="store_true", help="even over an open rebind")
+            p.add_argument("--actor", default="cli", help="who runs it (audited)")
+            if name == "schedule":
+                p.add_argument("--at", type=moment, required=True, help="ISO time or +15m")
+            else:
+                p.add_argument(
+                    "--no-wait", action="store_true", help="return while the key is published"
+                )
+        p = sub.add_parser("show", help="a rebind, its counts and the tasks on the old version")
+        p.add_argument("rebind")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("list", help="rebinds, newest first")
+        p.add_argument("--open", action="store_true", help="only open ones")
+        for name in ("advance", "cutover", "abort", "rebind-orphans"):
+            p = sub.add_parser(name)
+            p.add_argument("rebind")
+            p.add_argument("--actor", default="cli")
+            if name == "abort":
+                p.add_argument("--reason", default="")
+        p = sub.add_parser("extend", help="push a draining rebind's deadline back")
+        p.add_argument("rebind")
+        p.add_argument("--by", type=duration, required=True)
+        p.add_argument("--actor", default="cli")
+
+    def handle(self, *args, **opts) -> None:
+        action = opts["action"].replace("-", "_")
+        try:
+            getattr(self, f"_{action}")(opts)
+        except (RebindInvalid, RebindConflict, RebindNotFound, IllegalRebindTransition) as exc:
+            raise CommandError(str(exc), returncode=2) from None
+
+    # --- subcommands ---------------------------------------------------------------------
+
+    def _request(self, opts) -> rebinds.RebindRequest:
+        agent = Agent.objects.filter(slug=opts["agent"]).first()
+        if agent is None:
+            raise RebindInvalid("agent", f"no agent {opts['agent']!r}")
+        config = None
+        if opts["config"]:
+            task_id, config_id = opts["config"]
+            config = (
+                PushConfig.objects.filter(task__agent=agent, config_id=config_id)
+                .filter(task_id=task_id)
+                .first()
+                if _is_uuid(task_id)
+                else None
+            )
+            if config is None:
+                raise RebindInvalid("config", f"agent {agent.slug!r} has no config {config_id!r}")
+        old, new = opts["move_prefix"] or ("", "")
+        return rebinds.RebindRequest(
+            agent=agent,
+            rotate_key=opts["rotate_key"],
+            move_from=old,
+            move_to=new,
+            move_origin=opts["origin"],
+            config=config,
+            new_url=opts["url"],
+            policy=opts["policy"],
+            finish_on_old=opts["finish_on_old"],
+            deadline_seconds=opts["deadline"],
+            on_timeout=opts["on_timeout"],
+            at=opts.get("at"),
+            reason=opts["reason"],
+            force=opts["force"],
+        )
+
+    def _start(self, opts) -> None:
+        rebind = rebinds.rebind_start(self._request(opts), actor=opts["actor"])
+        self.stdout.write(str(rebind.pk))
+        if rebind.state == RebindState.PREPARING and not opts["no_wait"]:
+            wait = (rebind.activate_key_at - timezone.now()).total_seconds()
+            self.stderr.write(
+                f"new key {rebind.new_key.kid} is in the JWKS; it signs in {wait:.0f}s "
+                "(the minimum overlap)"
+            )
+            while rebind.state == RebindState.PREPARING:
+                time.sleep(min(1.0, max(0.05, wait)))
+                rebind = rebinds.rebind_advance(rebind.pk)
+        self.stderr.write(_summary(rebind))
+
+    def _schedule(self, opts) -> None:
+        rebind = rebinds.rebind_start(self._request(opts), actor=opts["actor"])
+        self.stdout.write(str(rebind.pk))
+        self.stderr.write(_summary(rebind))
+
+    def _show(self, opts) -> None:
+        rebind = rebinds.rebind_get(opts["rebind"])
+        stragglers = rebind_stragglers(rebind)
+        if opts["json"]:
+            self.stdout.write(
+                json.dumps({**_as_dict(rebind), "onOldVersion": stragglers}, default=str, indent=2)
+            )
+            return
+        self.stdout.write(_summary(rebind))
+        for key, value in _as_dict(rebind).items():
+            self.stdout.write(f"  {key}: {value}")
+        if stragglers:
+            self.stdout.write(f"tasks on the old version ({len(stragglers)} shown):")
+            for s in stragglers:
+                self.stdout.write(
+                    f"  {s['task']}  {s['state']:<15} {s['version']:<24} notice {s['notice']}"
+                    + (f" ({s['noticeError']})" if s["noticeError"] else "")
+                )
+
+    def _list(self, opts) -> None:
+        query = Rebind.objects.select_related("agent").order_by("-created_at")
+        if opts["open"]:
+            query = query.filter(state__in=["scheduled", "preparing", "draining"])
+        for rebind in query[:200]:
+            self.stdout.write(_summary(rebind))
+
+    def _advance(self, opts) -> None:
+        self.stdout.write(_summary(rebinds.rebind_advance(opts["rebind"])))
+
+    def _cutover(self, opts) -> None:
+        self.stdout.write(_summary(rebinds.rebind_cutover(opts["rebind"], actor=opts["actor"])))
+
+    def _extend(self, opts) -> None:
+        rebind = rebinds.rebind_extend(opts["rebind"], seconds=opts["by"], actor=opts["actor"])
+        self.stdout.write(_summary(rebind))
+
+    def _abort(self, opts) -> None:
+        rebind = rebinds.rebind_abort(opts["rebind"], actor=opts["actor"], reason=opts["reason"])
+        self.stdout.write(_summary(rebind))
+
+    def _rebind_orphans(self, opts) -> None:
+        count = rebinds.rebind_orphans(opts["rebind"], actor=opts["actor"])
+        self.stdout.write(f"re-bound {count} orphaned config(s)")
+
+
+def _summary(rebind: Rebind) -> str:
+    counts = rebind.counts or {}
+    scope = ", ".join(
+        part
+        for part in (
+            "rotate key" if rebind.rotate_key else "",
+            f"{rebind.move_from} → {rebind.move_to}" if rebind.move_from else "",
+            f"config {rebind.config_id}" if rebind.config_id else "",
+        )
+        if part
+    )
+    return (
+        f"rebind {rebind.pk} [{rebind.agent.slug}] {rebind.state} ({rebind.policy}; {scope}): "
+        f"{counts.get('onOldVersionTotal', 0)} on old, {counts.get('moved', 0)} moved, "
+        f"{counts.get('orphaned', 0)} orphaned, notices {counts.get('notices', {})}"
+    )
+
+
+def _as_dict(rebind: Rebind) -> dict:
+    return {
+        "id": str(rebind.pk),
+        "agent": rebind.agent.slug,
+        "state": rebind.state,
+        "policy": rebind.policy,
+        "finishOnOld": rebind.finish_on_old,
+        "rotateKey": rebind.rotate_key,
+        "movePrefix": [rebind.move_from, rebind.move_to] if rebind.move_from else None,
+        "deadline": rebind.deadline,
+        "onTimeout": rebind.on_timeout,
+        "actor": rebind.actor,
+        "reason": rebind.reason,
+        "createdAt": rebind.created_at,
+        "startedAt": rebind.started_at,
+        "finishedAt": rebind.finished_at,
+        "scheduledFor": rebind.scheduled_for,
+        "oldKeyRetireAfter": rebind.old_key_retire_after,
+        "counts": rebind.counts,
+    }

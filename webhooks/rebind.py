@@ -1,0 +1,910 @@
+"""Rebinds: moving an agent's push channels (signing key, URLs, credentials) while tasks are
+in flight, in two phases, audited (DESIGN.md invariant 3; docs/rebinds.md).
+
+    start ──▶ preparing: the new key is published in the JWKS, not signing, for the minimum
+              overlap (at least the card's max-age), so receivers can learn it first
+          ──▶ draining: the new key signs (the old one too, until it retires); each in-flight
+              config gets a new binding version and a channel-changed notice on its old one;
+              the config moves when the notice is delivered (webhooks/channel_moves.py)
+          ──▶ completed when no in-flight task is left on an old version; the old key retires
+              after the last old delivery plus the retry horizon plus the signature tolerance
+    or    ──▶ cut over (policy cutover, the deadline action, or an operator): what is left on
+              the old versions is orphaned, each config with a final notice on the old channel
+
+One service per transition, each one transaction (durable: never inside a caller's) with its
+OperatorAction row; `rebind_advance` is the idempotent step the beat monitor, the `rebind`
+command and the services themselves run: whatever a crash interrupted, it finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from a2a_platform.lib import crypto
+from agents.models import (
+    Agent,
+    OnDrainTimeout,
+    PushChannelPolicy,
+    SigningKey,
+    SigningKeyState,
+)
+from agents.signing import b64url_encode, live_signing_keys
+from tasks.models import Task
+from tasks.states import TERMINAL_STATES, TaskState
+from webhooks import channel_moves, heads, rebind_machine
+from webhooks.bindings import binding_copy, binding_create, normalize_origin
+from webhooks.channel_moves import Channels
+from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    OPEN_REBIND_STATES,
+    Alert,
+    AlertKind,
+    ChannelMove,
+    Delivery,
+    DeliveryState,
+    MoveState,
+    OperatorAction,
+    PushBinding,
+    PushConfig,
+    Rebind,
+    RebindState,
+)
+from webhooks.selectors import rebind_counts
+from webhooks.ssrf import UnsafeDestination, check_url, parse_url
+from webhooks.wake import wake_on_commit
+
+logger = logging.getLogger(__name__)
+
+MONITOR_ACTOR = "system:rebind-monitor"
+TERMINAL = [s.value for s in TERMINAL_STATES]
+IN_FLIGHT = [s.value for s in TaskState if s not in TERMINAL_STATES]
+
+
+@dataclass(frozen=True)
+class RebindRequest:
+    """What an operator (command, admin, API) asks for. Scopes combine; at least one."""
+
+    agent: Agent
+    rotate_key: bool = False
+    move_from: str = ""
+    move_to: str = ""
+    move_origin: str = ""
+    config: PushConfig | None = None
+    new_url: str = ""
+    policy: str | None = None  # None: the agent's declared policy
+    finish_on_old: bool = False
+    deadline_seconds: int | None = None  # None: the agent's default
+    on_timeout: str | None = None  # None: the agent's declared action
+    at: datetime | None = None  # a future start (scheduled), else now
+    reason: str = ""
+    force: bool = False
+
+
+# --- reading a rebind's scope ----------------------------------------------------------------
+
+
+def _current_binding_filter(rebind: Rebind) -> Q:
+    """Configs whose current binding is on the old version of this rebind's scope."""
+    q = Q(
+        task__agent_id=rebind.agent_id,
+        deleted_at__isnull=True,
+        bindings__version=F("current_version"),
+    )
+    if rebind.config_id:
+        q &= Q(pk=rebind.config_id)
+    if rebind.move_from and not rebind.rotate_key:
+        q &= Q(bindings__url__startswith=rebind.move_from)
+        if rebind.move_origin:
+            q &= Q(bindings__endpoint__origin=rebind.move_origin)
+    return q
+
+
+def _moving_url(rebind: Rebind, url: str) -> str:
+    """Where a binding at `url` goes in this rebind (unchanged when out of the move's scope)."""
+    if rebind.config_id and rebind.new_url:
+        return rebind.new_url
+    in_origin = not rebind.move_origin or normalize_origin(url) == rebind.move_origin
+    if rebind.move_from and url.startswith(rebind.move_from) and in_origin:
+        return rebind.move_to + url[len(rebind.move_from) :]
+    return url
+
+
+def _make_binding(rebind: Rebind, config: PushConfig):
+    def make(old: PushBinding) -> PushBinding:
+        if rebind.config_id and (rebind.new_token_encrypted or rebind.new_auth_scheme):
+            return binding_create(
+                config=config,
+                url=_moving_url(rebind, old.url),
+                token=crypto.decrypt(rebind.new_token_encrypted)
+                if rebind.new_token_encrypted
+                else "",
+                auth_scheme=rebind.new_auth_scheme,
+                credentials=crypto.decrypt(rebind.new_credentials_encrypted)
+                if rebind.new_credentials_encrypted
+                else "",
+                issuer=old.issuer,
+                activated_at=None,
+            )
+        return binding_copy(old, config, url=_moving_url(rebind, old.url), activated_at=None)
+
+    return make
+
+
+def _channels(rebind: Rebind) -> Channels:
+    old = [rebind.old_key.kid] if rebind.old_key_id and rebind.old_key else []
+    live = [k.kid for k in live_signing_keys(rebind.agent) if k.state == SigningKeyState.ACTIVE]
+    if not rebind.rotate_key:
+        old = live
+    return Channels(
+        rebind_pk=rebind.pk,
+        policy=rebind.policy,
+        old_key_ids=old,
+        new_key_ids=live,
+        new_prefix=rebind.move_to if rebind.move_from else "",
+    )
+
+
+# --- pre-checks (before any side effect) -----------------------------------------------------
+
+
+def _parse_duration(value: int | None, default: int, field: str) -> int:
+    seconds = default if value is None else value
+    if seconds <= 0:
+        raise RebindInvalid(field, "must be a positive number of seconds (in the future)")
+    if seconds > settings.A2A_REBIND_MAX_DEADLINE_SECONDS:
+        raise RebindInvalid(
+            field, f"must be at most {settings.A2A_REBIND_MAX_DEADLINE_SECONDS} seconds"
+        )
+    return seconds
+
+
+def _check_target(url: str, field: str) -> None:
+    try:
+        check_url(url)
+    except UnsafeDestination as exc:
+        raise RebindInvalid(field, f"{url}: {exc}") from None
+
+
+def _precheck(req: RebindRequest) -> dict[str, Any]:
+    """Everything a rebind needs checked before it changes anything; raises RebindInvalid.
+    Resolves DNS for the new URLs: call it outside any transaction."""
+    policy = req.policy or req.agent.push_rebind_policy
+    if policy not in PushChannelPolicy.values:
+        raise RebindInvalid("policy", f"must be one of {', '.join(PushChannelPolicy.values)}")
+    on_timeout = req.on_timeout or req.agent.push_rebind_on_timeout
+    if on_timeout not in OnDrainTimeout.values:
+        raise RebindInvalid("on_timeout", f"must be one of {', '.join(OnDrainTimeout.values)}")
+    if req.finish_on_old and policy != PushChannelPolicy.DRAIN:
+        raise RebindInvalid("finish_on_old", "applies to a drain only")
+    deadline = _parse_duration(req.deadline_seconds, req.agent.push_rebind_deadline, "deadline")
+    now = timezone.now()
+    if req.at is not None and req.at <= now:
+        raise RebindInvalid("at", "the start time is in the past")
+    if not (req.rotate_key or req.move_from or req.move_to or req.config):
+        raise RebindInvalid("scope", "name at least one: rotate the key, move a prefix, a config")
+    if not req.agent.push_notifications_enabled and not req.rotate_key:
+        raise RebindInvalid("agent", f"agent {req.agent.slug!r} has push notifications off")
+    if bool(req.move_from) != bool(req.move_to):
+        raise RebindInvalid("move_prefix", "give both the old and the new prefix")
+    if req.move_from:
+        for field, prefix in (("move_from", req.move_from), ("move_to", req.move_to)):
+            parts = urlsplit(prefix)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise RebindInvalid(field, f"{prefix!r} is not an absolute http(s) URL prefix")
+        if req.move_from == req.move_to:
+            raise RebindInvalid("move_to", "is the same as the old prefix")
+    if req.config is not None:
+        if req.config.task.agent_id != req.agent.pk or req.config.deleted_at is not None:
+            raise RebindInvalid("config", f"agent {req.agent.slug!r} has no such live config")
+        if req.new_url:
+            try:
+                parse_url(req.new_url)
+            except UnsafeDestination as exc:
+                raise RebindInvalid("new_url", str(exc)) from None
+    elif req.new_url:
+        raise RebindInvalid("new_url", "replaces one config's URL: name the config")
+    origin = normalize_origin(req.move_origin) if req.move_origin else ""
+    # The configs in scope now, and every origin their moved URLs reach (checked once each).
+    live = PushBinding.objects.filter(
+        config__task__agent=req.agent,
+        config__deleted_at__isnull=True,
+        version=F("config__current_version"),
+    )
+    if req.config is not None:
+        live = live.filter(config=req.config)
+    if req.move_from:
+        matching = live.filter(url__startswith=req.move_from)
+        if origin:
+            matching = matching.filter(endpoint__origin=origin)
+        if not matching.exists():
+            raise RebindInvalid(
+                "move_from",
+                f"{req.move_from!r} matches no push config of agent {req.agent.slug!r}"
+                + (f" on {origin}" if origin else ""),
+            )
+        sample = matching.values_list("url", flat=True).first()
+        _check_target(req.move_to + sample[len(req.move_from) :], "move_to")
+    if req.new_url:
+        _check_target(req.new_url, "new_url")
+    return {"policy": policy, "on_timeout": on_timeout, "deadline": deadline, "origin": origin}
+
+
+def _overlap(other: Rebind, req: RebindRequest) -> str | None:
+    """How `req` overlaps an open rebind of the same agent, if it does."""
+    if req.rotate_key and other.rotate_key:
+        return "both rotate the signing key"
+    if req.config is not None and other.config_id == req.config.pk:
+        return "the same config"
+    if req.move_from and other.move_from:
+        a, b = req.move_from, other.move_from
+        if a.startswith(b) or b.startswith(a):
+            return f"prefixes {a!r} and {b!r} overlap"
+    if (req.rotate_key and (other.move_from or other.config_id)) or (
+        other.rotate_key and (req.move_from or req.config)
+    ):
+        return "one rotates the key of every channel the other moves"
+    return None
+
+
+# --- signing keys a rebind rotates -----------------------------------------------------------
+
+
+def _publish_key(agent: Agent) -> SigningKey:
+    """A new key in the JWKS that does not sign yet (`published`)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    SigningKey.objects.filter(agent=agent, state=SigningKeyState.PUBLISHED).update(
+        state=SigningKeyState.RETIRED, retired_at=timezone.now()
+    )
+    private = Ed25519PrivateKey.generate()
+    raw_private = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    raw_public = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return SigningKey.objects.create(
+        agent=agent,
+        public_key=b64url_encode(raw_public),
+        private_key_encrypted=crypto.encrypt(b64url_encode(raw_private)),
+        state=SigningKeyState.PUBLISHED,
+    )
+
+
+def _activate_key(key: SigningKey, now: datetime) -> SigningKey | None:
+    """The published key becomes the active one; the previous active key retires gradually
+    (`retiring`: still signs, still in the JWKS). Returns the previous active key."""
+    previous = SigningKey.objects.filter(
+        agent_id=key.agent_id, state=SigningKeyState.ACTIVE
+    ).first()
+    if previous is not None:
+        previous.state, previous.retiring_since = SigningKeyState.RETIRING, now
+        previous.save(update_fields=["state", "retiring_since"])
+    key.state = SigningKeyState.ACTIVE
+    key.save(update_fields=["state"])
+    return previous
+
+
+def _touch_agent(agent_pk: int) -> None:
+    """The card (its push-channel extension) and its ETag change with every rebind step."""
+    Agent.objects.filter(pk=agent_pk).update(updated_at=timezone.now())
+
+
+def _rebind_pk(pk: object) -> uuid.UUID:
+    """A rebind id as given (command line, admin, API): RebindNotFound when malformed."""
+    try:
+        return pk if isinstance(pk, uuid.UUID) else uuid.UUID(str(pk))
+    except ValueError:
+        raise RebindNotFound(pk) from None
+
+
+def rebind_get(pk: object) -> Rebind:
+    """The rebind with this id (as given); RebindNotFound."""
+    rebind = Rebind.objects.select_related("agent").filter(pk=_rebind_pk(pk)).first()
+    if rebind is None:
+        raise RebindNotFound(pk)
+    return rebind
+
+
+def _lock(pk: object) -> Rebind:
+    rebind = (
+        Rebind.objects.select_for_update().select_related("agent").filter(pk=_rebind_pk(pk)).first()
+    )
+    if rebind is None:
+        raise RebindNotFound(pk)
+    return rebind
+
+
+def _record(rebind: Rebind, actor: str, action: str, **extra: Any) -> None:
+    OperatorAction.record(
+        actor, f"rebind_{action}", {"rebind": str(rebind.pk), "agent": rebind.agent.slug, **extra}
+    )
+
+
+# --- the operations --------------------------------------------------------------------------
+
+
+def rebind_start(req: RebindRequest, *, actor: str) -> Rebind:
+    """Open a rebind: pre-check everything, then (one transaction, the agent row locked, so
+    two rebinds over the same scope cannot both open) write the Rebind row and, for a start
+    now, publish the new key. Then advance it as far as it can go at once: a rebind without
+    a key rotation is draining (or cut over) on return. Raises RebindInvalid, RebindConflict."""
+    checked = _precheck(req)
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        agent = Agent.objects.select_for_update().get(pk=req.agent.pk)
+        for other in Rebind.objects.filter(agent=agent, state__in=OPEN_REBIND_STATES):
+            if other.actor.startswith("client") or req.force:
+                continue
+            overlap = _overlap(other, req)
+            if overlap:
+                raise RebindConflict(other.pk, overlap)
+        rebind = Rebind.objects.create(
+            agent=agent,
+            rotate_key=req.rotate_key,
+            move_from=req.move_from,
+            move_to=req.move_to,
+            move_origin=checked["origin"],
+            config=req.config,
+            new_url=req.new_url,
+            policy=checked["policy"],
+            finish_on_old=req.finish_on_old,
+            deadline_seconds=checked["deadline"],
+            on_timeout=checked["on_timeout"],
+            actor=actor[:150],
+            reason=req.reason[:500],
+            forced=req.force,
+            state=RebindState.SCHEDULED if req.at else RebindState.PREPARING,
+            scheduled_for=req.at,
+        )
+        if req.at:
+            _schedule_clocked(rebind)
+        else:
+            _prepare(rebind, agent, now)
+        _record(rebind, actor, "schedule" if req.at else "start", policy=rebind.policy)
+        _touch_agent(agent.pk)
+    logger.info("rebind.opened", extra={"rebind": str(rebind.pk), "agent": agent.slug})
+    return rebind_advance(rebind.pk)
+
+
+def _prepare(rebind: Rebind, agent: Agent, now: datetime) -> None:
+    rebind.started_at = now
+    if rebind.rotate_key:
+        rebind.old_key = SigningKey.objects.filter(
+            agent=agent, state=SigningKeyState.ACTIVE
+        ).first()
+        rebind.new_key = _publish_key(agent)
+        overlap = max(agent.push_rebind_min_overlap, agent.card_max_age)
+        rebind.activate_key_at = now + timedelta(seconds=overlap)
+    else:
+        rebind.activate_key_at = now
+    rebind.save(update_fields=["started_at", "old_key", "new_key", "activate_key_at"])
+
+
+def _schedule_clocked(rebind: Rebind) -> None:
+    """One one-off django-celery-beat ClockedSchedule per rebind, with no `expires` (an
+    expired message would be dropped unseen under backlog); the monitor is the backstop."""
+    from django_celery_beat.models import ClockedSchedule, PeriodicTask
+
+    from webhooks.job_names import REBIND_FIRE_JOB
+
+    clock = ClockedSchedule.objects.create(clocked_time=rebind.scheduled_for)
+    PeriodicTask.objects.create(
+        name=f"rebind {rebind.pk}",
+        task=REBIND_FIRE_JOB,
+        clocked=clock,
+        one_off=True,
+        args=f'["{rebind.pk}"]',
+        queue="heartbeat",
+        description=f"starts rebind {rebind.pk} of {rebind.agent.slug}",
+    )
+
+
+def _unschedule(rebind: Rebind) -> None:
+    from django_celery_beat.models import ClockedSchedule, PeriodicTask
+
+    tasks = PeriodicTask.objects.filter(name=f"rebind {rebind.pk}")
+    clocks = list(tasks.values_list("clocked_id", flat=True))
+    tasks.delete()
+    ClockedSchedule.objects.filter(pk__in=[c for c in clocks if c]).delete()
+
+
+def client_rebind_applies(task: Task, config: PushConfig) -> bool:
+    """A client re-registering a live config of an in-flight task under a drain policy moves
+    it in two phases (`client_rebind`); otherwise the new version takes over at once."""
+    return (
+        config.deleted_at is None
+        and task.agent.push_rebind_policy == PushChannelPolicy.DRAIN
+        and task.task_state not in TERMINAL_STATES
+        and config.bindings.filter(activated_at__isnull=False).exists()
+    )
+
+
+def client_rebind(*, task: Task, config: PushConfig, make_binding, now: datetime) -> PushBinding:
+    """The client re-registered `config` (same id): a one-config drain under the agent's
+    policy, inside the registration's transaction (task and config locked). The new version
+    opens with a held snapshot; a channel-changed notice goes out on the old one first."""
+    agent = task.agent
+    rebind = Rebind.objects.create(
+        agent=agent,
+        config=config,
+        policy=PushChannelPolicy.DRAIN,
+        deadline_seconds=agent.push_rebind_deadline,
+        deadline=now + timedelta(seconds=agent.push_rebind_deadline),
+        on_timeout=agent.push_rebind_on_timeout,
+        actor=f"client {task.owner}"[:150],
+        reason="the client re-registered the config",
+        state=RebindState.DRAINING,
+        started_at=now,
+        activate_key_at=now,
+        cutoff=now,
+        moves_planned=True,
+    )
+    keys = [k.kid for k in live_signing_keys(agent) if k.state == SigningKeyState.ACTIVE]
+    move = channel_moves.move_config(
+        rebind_pk=rebind.pk,
+        task=task,
+        config=config,
+        make_binding=make_binding,
+        channels=Channels(rebind.pk, rebind.policy, keys, keys),
+        now=now,
+        snapshot=True,
+    )
+    rebind.client_binding = move.new_binding
+    rebind.save(update_fields=["client_binding"])
+    OperatorAction.record(
+        rebind.actor, "rebind_client", {"rebind": str(rebind.pk), "config": config.config_id}
+    )
+    return move.new_binding
+
+
+def rebind_fire(pk: object) -> Rebind:
+    """The clocked job: start a scheduled rebind whose time has come (idempotent)."""
+    return rebind_advance(pk)
+
+
+def rebind_advance(pk: object) -> Rebind:
+    """Take one rebind as far as it can go now (idempotent; every step its own transaction,
+    so a crash anywhere leaves a state the next call continues from): start a scheduled one
+    whose time came, activate the published key after the overlap, plan the moves in
+    batches, settle finished-on-old moves, complete, raise deadline alerts and run the
+    deadline action, refresh the counts, and retire the old key when its time came."""
+    now = timezone.now()
+    rebind = rebind_get(pk)
+    pk = rebind.pk
+    if rebind.state == RebindState.SCHEDULED and rebind.scheduled_for <= now:
+        with transaction.atomic(durable=True):
+            rebind = _lock(pk)
+            if rebind.state == RebindState.SCHEDULED:
+                rebind.state = rebind_machine.check("start", rebind.state)
+                rebind.save(update_fields=["state"])
+                _prepare(rebind, rebind.agent, now)
+                _record(rebind, MONITOR_ACTOR, "fire")
+                _touch_agent(rebind.agent_id)
+    if rebind.state == RebindState.PREPARING and rebind.activate_key_at <= now:
+        _begin(rebind.pk)
+        rebind = rebind_get(pk)
+    if rebind.state in (RebindState.DRAINING, RebindState.CUT_OVER) and not rebind.moves_planned:
+        while not _plan_batch(rebind.pk):
+            pass
+        rebind = rebind_get(pk)
+    if rebind.state == RebindState.DRAINING:
+        _settle_finished_on_old(rebind)
+        _drain_step(rebind.pk)
+        rebind = rebind_get(pk)
+    _refresh_counts(rebind)
+    _retire_old_key_when_due(rebind)
+    return rebind_get(pk)
+
+
+def _begin(pk: object) -> None:
+    """preparing → draining (or → cut over): the new key signs, the old version is fixed by
+    the cutoff, and new registrations are on the new version from now on."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.state != RebindState.PREPARING:
+            return
+        operation = "drain" if rebind.policy == PushChannelPolicy.DRAIN else "cut_over"
+        rebind.state = rebind_machine.check(operation, rebind.state)
+        if rebind.new_key_id:
+            previous = _activate_key(rebind.new_key, now)
+            rebind.old_key = previous or rebind.old_key
+        rebind.cutoff = now
+        rebind.deadline = now + timedelta(seconds=rebind.deadline_seconds)
+        if rebind.state == RebindState.CUT_OVER:
+            rebind.finished_at = now
+        rebind.save(update_fields=["state", "old_key", "cutoff", "deadline", "finished_at"])
+        _record(rebind, rebind.actor, "drain" if operation == "drain" else "cut_over")
+        _touch_agent(rebind.agent_id)
+
+
+def _plan_batch(pk: object) -> bool:
+    """Move the next batch of old-version configs (one transaction, tasks then configs
+    locked in id order, so each serialises with the task's transitions). True when nothing
+    was left to plan."""
+    now = timezone.now()
+    size = settings.A2A_REBIND_BATCH
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.moves_planned or rebind.state not in (
+            RebindState.DRAINING,
+            RebindState.CUT_OVER,
+        ):
+            return True
+        candidates = list(
+            PushConfig.objects.filter(_current_binding_filter(rebind))
+            .filter(bindings__created_at__lte=rebind.cutoff)
+            .exclude(task__state__in=TERMINAL)
+            .exclude(moves__rebind=rebind)
+            .order_by("task_id", "pk")
+            .values_list("pk", "task_id")[:size]
+        )
+        if not candidates:
+            rebind.moves_planned = True
+            rebind.save(update_fields=["moves_planned"])
+            return True
+        task_pks = sorted({task for _, task in candidates})
+        tasks = {
+            t.pk: t
+            for t in Task.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .filter(pk__in=task_pks)
+            .order_by("pk")
+        }
+        configs = {
+            c.pk: c
+            for c in PushConfig.objects.select_for_update()
+            .filter(pk__in=[pk for pk, _ in candidates])
+            .order_by("pk")
+        }
+        channels = _channels(rebind)
+        orphan = rebind.state == RebindState.CUT_OVER
+        for config_pk, task_pk in candidates:
+            task, config = tasks[task_pk], configs[config_pk]
+            if task.task_state in TERMINAL_STATES or config.deleted_at is not None:
+                ChannelMove.objects.create(
+                    rebind=rebind,
+                    config=config,
+                    task=task,
+                    old_binding=config.bindings.get(version=config.current_version),
+                    state=MoveState.FINISHED_ON_OLD,
+                    finished_at=now,
+                )
+                continue
+            if rebind.finish_on_old:
+                ChannelMove.objects.create(
+                    rebind=rebind,
+                    config=config,
+                    task=task,
+                    old_binding=config.bindings.get(version=config.current_version),
+                    state=MoveState.FINISHING_ON_OLD,
+                )
+                continue
+            channel_moves.move_config(
+                rebind_pk=rebind.pk,
+                task=task,
+                config=config,
+                make_binding=_make_binding(rebind, config),
+                channels=channels,
+                now=now,
+                orphan=orphan,
+            )
+        wake_on_commit()
+    return False
+
+
+def _settle_finished_on_old(rebind: Rebind) -> None:
+    """Finishing-on-old moves whose task is terminal and whose old binding owes nothing."""
+    now = timezone.now()
+    done = (
+        ChannelMove.objects.filter(rebind=rebind, state=MoveState.FINISHING_ON_OLD)
+        .filter(task__state__in=TERMINAL)
+        .exclude(
+            old_binding__deliveries__state__in=OPEN_DELIVERY_STATES,
+        )
+    )
+    ChannelMove.objects.filter(pk__in=list(done.values_list("pk", flat=True))).update(
+        state=MoveState.FINISHED_ON_OLD, finished_at=now
+    )
+
+
+def _on_old(rebind: Rebind):
+    """The moves that keep the rebind open: in-flight tasks still on an old version."""
+    return ChannelMove.objects.filter(rebind=rebind).filter(
+        Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT)
+        | Q(state=MoveState.NOTICE_PENDING)
+        & (Q(task__state__in=IN_FLIGHT) | Q(notice__state__in=OPEN_DELIVERY_STATES))
+    )
+
+
+def _drain_step(pk: object) -> None:
+    """Complete the drain when nothing is left on the old version; else alert at 50, 90 and
+    100 % of the deadline, and at the deadline extend once or cut over."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.state != RebindState.DRAINING or not rebind.moves_planned:
+            return
+        remaining = _on_old(rebind).count()
+        if remaining == 0:
+            rebind.state = rebind_machine.check("complete", rebind.state)
+            rebind.finished_at = now
+            if rebind.old_key_id:
+                rebind.old_key_retire_after = now + timedelta(seconds=retire_margin())
+            rebind.save(update_fields=["state", "finished_at", "old_key_retire_after"])
+            _record(rebind, MONITOR_ACTOR, "complete")
+            _touch_agent(rebind.agent_id)
+            return
+        total = (rebind.deadline - rebind.cutoff).total_seconds()
+        threshold = rebind_machine.alert_threshold(
+            (now - rebind.cutoff).total_seconds(), total, rebind.alerted_percent
+        )
+        if threshold:
+            rebind.alerted_percent = threshold
+            rebind.save(update_fields=["alerted_percent"])
+            _alert(
+                rebind,
+                AlertKind.REBIND_DEADLINE,
+                f"rebind {rebind.pk} of {rebind.agent.slug}: {threshold}% of its deadline used, "
+                f"{remaining} task(s) still on the old channel",
+            )
+        if now < rebind.deadline:
+            return
+        if rebind.on_timeout == OnDrainTimeout.EXTEND and rebind.extended_at is None:
+            _extend(rebind, rebind.deadline_seconds, MONITOR_ACTOR, now)
+            _alert(
+                rebind,
+                AlertKind.REBIND_DEADLINE,
+                f"rebind {rebind.pk} of {rebind.agent.slug}: deadline reached with {remaining} "
+                f"task(s) on the old channel; extended once, to {rebind.deadline:%Y-%m-%d %H:%M}",
+            )
+            return
+        _cut_over(rebind, MONITOR_ACTOR, now, why="deadline reached")
+
+
+def _alert(rebind: Rebind, kind: str, message: str) -> None:
+    """Open this rebind's alert of `kind`, or update the open one (shown with the others)."""
+    alert = Alert.objects.filter(kind=kind, rebind=rebind, resolved_at__isnull=True).first()
+    if alert is None:
+        Alert.objects.create(kind=kind, rebind=rebind, message=message[:500])
+    else:
+        Alert.objects.filter(pk=alert.pk).update(
+            count=F("count") + 1, message=message[:500], last_seen_at=timezone.now()
+        )
+
+
+def retire_margin() -> float:
+    """How long an old key outlives the last delivery on its version: the longest retry
+    horizon (a retry signed just before could still be in flight) plus the signature
+    tolerance receivers allow."""
+    schedules = (settings.A2A_WEBHOOK_RETRY_SCHEDULE, settings.A2A_WEBHOOK_AUTH_RETRY_SCHEDULE)
+    horizon = max(sum(float(s) for s in schedule) for schedule in schedules)
+    return horizon + settings.A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS
+
+
+def _extend(rebind: Rebind, seconds: int, actor: str, now: datetime) -> None:
+    rebind_machine.check("extend", rebind.state)
+    rebind.deadline = max(rebind.deadline, now) + timedelta(seconds=seconds)
+    rebind.extended_at = now
+    rebind.alerted_percent = 0
+    rebind.save(update_fields=["deadline", "extended_at", "alerted_percent"])
+    _record(rebind, actor, "extend", seconds=seconds)
+    _touch_agent(rebind.agent_id)
+
+
+def _cut_over(rebind: Rebind, actor: str, now: datetime, *, why: str) -> int:
+    """Orphan every move still on the old version (task and config rows locked in id order);
+    the rebind is cut over. Returns how many were orphaned."""
+    rebind.state = rebind_machine.check("cut_over", rebind.state)
+    left = list(_on_old(rebind).select_related("config", "old_binding", "new_binding"))
+    tasks = {
+        t.pk: t
+        for t in Task.objects.select_for_update(of=("self",))
+        .filter(pk__in=sorted({m.task_id for m in left}))
+        .order_by("pk")
+    }
+    list(
+        PushConfig.objects.select_for_update()
+        .filter(pk__in=sorted({m.config_id for m in left}))
+        .order_by("pk")
+    )
+    channels = _channels(rebind)
+    for move in left:
+        if tasks[move.task_id].task_state in TERMINAL_STATES and move.notice_id is None:
+            continue
+        channel_moves.orphan_move(
+            move,
+            task=tasks[move.task_id],
+            make_binding=_make_binding(rebind, move.config),
+            channels=Channels(**{**channels.__dict__, "policy": PushChannelPolicy.CUTOVER}),
+            now=now,
+        )
+    rebind.finished_at = now
+    rebind.save(update_fields=["state", "finished_at"])
+    _record(rebind, actor, "cut_over", why=why, orphaned=len(left))
+    _touch_agent(rebind.agent_id)
+    wake_on_commit()
+    return len(left)
+
+
+def rebind_cutover(pk: object, *, actor: str) -> Rebind:
+    """Cut over now: what is still on the old version is orphaned, each with a final
+    notice on its old channel. A rebind still preparing activates its key first."""
+    rebind = rebind_get(pk)
+    pk = rebind.pk
+    rebind_machine.check("cut_over", rebind.state)
+    if rebind.state == RebindState.PREPARING:
+        Rebind.objects.filter(pk=pk).update(policy=PushChannelPolicy.CUTOVER)
+        Rebind.objects.filter(pk=pk).update(activate_key_at=timezone.now())
+        return rebind_advance(pk)
+    while not _plan_batch(pk):
+        pass
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        _cut_over(rebind, actor, timezone.now(), why="an operator cut it over")
+    return rebind_advance(pk)
+
+
+def rebind_extend(pk: object, *, seconds: int, actor: str) -> Rebind:
+    """Push a draining rebind's deadline back by `seconds` (its alerts start over)."""
+    seconds = _parse_duration(seconds, seconds, "seconds")
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        _extend(rebind, seconds, actor, timezone.now())
+    return rebind_advance(pk)
+
+
+def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
+    """Stop a rebind. Scheduled: its clocked job is removed. Preparing: the published key is
+    withdrawn. Draining: configs already moved stay moved; the others stay on (or return to)
+    their old version: their notices not yet tried are withdrawn, their waiting new binding
+    retired unused, and what was held for it goes to the old binding instead (never sent).
+    A new key that already signs stays active (undoing that is another rotation)."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        was = rebind.state
+        rebind.state = rebind_machine.check("abort", rebind.state)
+        if was == RebindState.SCHEDULED:
+            _unschedule(rebind)
+        if was == RebindState.PREPARING and rebind.new_key_id:
+            SigningKey.objects.filter(pk=rebind.new_key_id, state=SigningKeyState.PUBLISHED).update(
+                state=SigningKeyState.RETIRED, retired_at=now
+            )
+        if was == RebindState.DRAINING:
+            _revert_pending(rebind, now)
+            if rebind.old_key_id:
+                rebind.old_key_retire_after = now + timedelta(seconds=retire_margin())
+        rebind.finished_at = now
+        rebind.reason = (rebind.reason + f" | aborted: {reason}" if reason else rebind.reason)[:500]
+        rebind.save(update_fields=["state", "finished_at", "reason", "old_key_retire_after"])
+        _record(rebind, actor, "abort", was=was, reason=reason)
+        _touch_agent(rebind.agent_id)
+        wake_on_commit()
+    return rebind_advance(pk)
+
+
+def _revert_pending(rebind: Rebind, now: datetime) -> None:
+    pending = list(
+        ChannelMove.objects.filter(rebind=rebind, state=MoveState.NOTICE_PENDING).select_related(
+            "old_binding", "new_binding"
+        )
+    )
+    config_pks = sorted({m.config_id for m in pending})
+    list(PushConfig.objects.select_for_update().filter(pk__in=config_pks).order_by("pk"))
+    for move in pending:
+        if move.notice_id:
+            Delivery.objects.filter(
+                pk=move.notice_id, state=DeliveryState.PENDING, attempts=0
+            ).update(
+                state=DeliveryState.SUPERSEDED,
+                last_error=f"rebind {rebind.pk} aborted",
+                finished_at=now,
+            )
+        if move.new_binding is not None:
+            PushBinding.objects.filter(pk=move.new_binding_id).update(retired_at=now)
+            Delivery.objects.filter(binding=move.new_binding, state=DeliveryState.HELD).update(
+                binding=move.old_binding, state=DeliveryState.PENDING, next_attempt_at=now
+            )
+        PushBinding.objects.filter(pk=move.old_binding_id).update(retired_at=None)
+        move.state, move.finished_at = MoveState.REVERTED, now
+        move.save(update_fields=["state", "finished_at"])
+    heads.refresh(config_pks)
+
+
+def rebind_orphans(pk: object, *, actor: str) -> int:
+    """Re-bind a cut-over rebind's orphaned configs to their new version (each opens with a
+    snapshot of its task). Returns how many were re-bound."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.state != RebindState.CUT_OVER:
+            raise rebind_machine.IllegalRebindTransition("rebind_orphans", rebind.state)
+        moves = list(
+            ChannelMove.objects.filter(rebind=rebind, state=MoveState.ORPHANED).select_related(
+                "config", "new_binding"
+            )
+        )
+        tasks = {
+            t.pk: t
+            for t in Task.objects.select_for_update(of=("self",))
+            .filter(pk__in=sorted({m.task_id for m in moves}))
+            .order_by("pk")
+        }
+        list(
+            PushConfig.objects.select_for_update()
+            .filter(pk__in=sorted({m.config_id for m in moves}))
+            .order_by("pk")
+        )
+        for move in moves:
+            channel_moves.rebind_orphan(move, task=tasks[move.task_id], now=now)
+        _record(rebind, actor, "rebind_orphans", count=len(moves))
+        wake_on_commit()
+    return len(moves)
+
+
+def _refresh_counts(rebind: Rebind) -> None:
+    Rebind.objects.filter(pk=rebind.pk).update(
+        counts=rebind_counts(rebind), counts_at=timezone.now()
+    )
+
+
+def _retire_old_key_when_due(rebind: Rebind) -> None:
+    """After a rebind ended, retire its old key once its margin passed (a cut-over's once its
+    final notices are settled), unless another open rebind still drains on it."""
+    if not rebind.old_key_id or rebind.state in OPEN_REBIND_STATES:
+        return
+    now = timezone.now()
+    if rebind.state == RebindState.CUT_OVER and rebind.old_key_retire_after is None:
+        open_notices = ChannelMove.objects.filter(
+            rebind=rebind, notice__state__in=OPEN_DELIVERY_STATES
+        ).exists()
+        if open_notices:
+            return
+        Rebind.objects.filter(pk=rebind.pk).update(
+            old_key_retire_after=now
+            + timedelta(seconds=settings.A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS)
+        )
+        return
+    if rebind.old_key_retire_after is None or rebind.old_key_retire_after > now:
+        return
+    if Rebind.objects.filter(old_key_id=rebind.old_key_id, state__in=OPEN_REBIND_STATES).exists():
+        return
+    with transaction.atomic(durable=True):
+        retired = SigningKey.objects.filter(
+            pk=rebind.old_key_id, state=SigningKeyState.RETIRING
+        ).update(state=SigningKeyState.RETIRED, retired_at=now)
+        if retired:
+            _record(rebind, MONITOR_ACTOR, "retire_old_key", kid=rebind.old_key.kid)
+            _touch_agent(rebind.agent_id)
+
+
+def rebind_monitor() -> int:
+    """The beat job's work: advance every open rebind, and the ended ones whose old key has
+    yet to retire. Returns how many it looked at."""
+    pks = list(
+        Rebind.objects.filter(
+            Q(state__in=OPEN_REBIND_STATES)
+            | Q(old_key__state=SigningKeyState.RETIRING)
+            & Q(state__in=[RebindState.COMPLETED, RebindState.CUT_OVER, RebindState.ABORTED])
+        ).values_list("pk", flat=True)
+    )
+    for pk in pks:
+        try:
+            rebind_advance(pk)
+        except Exception:  # one broken rebind must not stop the others: logged, retried next run
+            logger.exception("rebind.advance_failed", extra={"rebind": str(pk)})
+    return len(pks)
