@@ -28,6 +28,8 @@ from agents.models import Agent, SigningKey, SigningKeyState
 logger = logging.getLogger(__name__)
 
 LIVE_STATES = (SigningKeyState.ACTIVE, SigningKeyState.RETIRING)
+# What the JWKS lists: the signing keys and a rebind's next key, published before it signs.
+PUBLISHED_STATES = (SigningKeyState.PUBLISHED, *LIVE_STATES)
 
 
 class SigningKeyError(Exception):
@@ -46,7 +48,7 @@ def _lock_agent(agent: Agent) -> Agent:
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
 
-def _new_key(agent: Agent) -> SigningKey:
+def _new_key(agent: Agent, state: str = SigningKeyState.ACTIVE) -> SigningKey:
     private = Ed25519PrivateKey.generate()
     raw_private = private.private_bytes(
         serialization.Encoding.Raw,
@@ -60,7 +62,7 @@ def _new_key(agent: Agent) -> SigningKey:
         agent=agent,
         public_key=b64url_encode(raw_public),
         private_key_encrypted=crypto.encrypt(b64url_encode(raw_private)),
-        state=SigningKeyState.ACTIVE,
+        state=state,
     )
 
 
@@ -181,9 +183,53 @@ def public_jwk(key: SigningKey) -> dict[str, str]:
     }
 
 
+def published_signing_keys(agent: Agent) -> list[SigningKey]:
+    """The keys the JWKS lists, newest first: live ones and a published next key."""
+    return list(
+        SigningKey.objects.filter(agent=agent, state__in=PUBLISHED_STATES).order_by(
+            "-created_at", "-id"
+        )
+    )
+
+
 def jwks(agent: Agent) -> dict[str, Any]:
-    """The agent's JSON Web Key Set (RFC 7517 / RFC 8037): its live public keys."""
-    return {"keys": [public_jwk(key) for key in live_signing_keys(agent)]}
+    """The agent's JSON Web Key Set (RFC 7517 / RFC 8037): its live public keys and a
+    rebind's next key, published before it signs (webhooks/rebind.py)."""
+    return {"keys": [public_jwk(key) for key in published_signing_keys(agent)]}
+
+
+def signing_key_publish(agent: Agent) -> SigningKey:
+    """A new key in the JWKS that does not sign yet (`published`): a rebind's next key, made
+    inside the rebind's transaction (the agent row locked). A key published earlier and never
+    activated is withdrawn (retired)."""
+    SigningKey.objects.filter(agent=agent, state=SigningKeyState.PUBLISHED).update(
+        state=SigningKeyState.RETIRED, retired_at=timezone.now()
+    )
+    key = _new_key(agent, state=SigningKeyState.PUBLISHED)
+    logger.info("signing_key.published", extra={"agent": agent.slug, "kid": key.kid})
+    return key
+
+
+def signing_key_activate(key: SigningKey) -> SigningKey | None:
+    """A published key becomes the active one; the previous active key becomes `retiring`
+    (it still signs and stays in the JWKS). Inside the caller's transaction (a rebind's).
+    Returns the previous active key."""
+    now = timezone.now()
+    previous = _active_key(key.agent)
+    if previous is not None:  # demote first: the single-active constraint is per statement
+        previous.state, previous.retiring_since = SigningKeyState.RETIRING, now
+        previous.save(update_fields=["state", "retiring_since"])
+    key.state = SigningKeyState.ACTIVE
+    key.save(update_fields=["state"])
+    logger.info("signing_key.activated", extra={"agent_id": key.agent_id, "kid": key.kid})
+    return previous
+
+
+def signing_key_withdraw(key_pk: int) -> None:
+    """A published key that never signed leaves the JWKS (an aborted rebind's)."""
+    SigningKey.objects.filter(pk=key_pk, state=SigningKeyState.PUBLISHED).update(
+        state=SigningKeyState.RETIRED, retired_at=timezone.now()
+    )
 
 
 def private_key(key: SigningKey) -> Ed25519PrivateKey:

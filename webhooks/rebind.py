@@ -38,7 +38,12 @@ from agents.models import (
     SigningKey,
     SigningKeyState,
 )
-from agents.signing import b64url_encode, live_signing_keys
+from agents.signing import (
+    live_signing_keys,
+    signing_key_activate,
+    signing_key_publish,
+    signing_key_withdraw,
+)
 from tasks.models import Task
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks import channel_moves, heads, rebind_machine
@@ -257,46 +262,6 @@ def _overlap(other: Rebind, req: RebindRequest) -> str | None:
     return None
 
 
-# --- signing keys a rebind rotates -----------------------------------------------------------
-
-
-def _publish_key(agent: Agent) -> SigningKey:
-    """A new key in the JWKS that does not sign yet (`published`)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    SigningKey.objects.filter(agent=agent, state=SigningKeyState.PUBLISHED).update(
-        state=SigningKeyState.RETIRED, retired_at=timezone.now()
-    )
-    private = Ed25519PrivateKey.generate()
-    raw_private = private.private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-    )
-    raw_public = private.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-    return SigningKey.objects.create(
-        agent=agent,
-        public_key=b64url_encode(raw_public),
-        private_key_encrypted=crypto.encrypt(b64url_encode(raw_private)),
-        state=SigningKeyState.PUBLISHED,
-    )
-
-
-def _activate_key(key: SigningKey, now: datetime) -> SigningKey | None:
-    """The published key becomes the active one; the previous active key retires gradually
-    (`retiring`: still signs, still in the JWKS). Returns the previous active key."""
-    previous = SigningKey.objects.filter(
-        agent_id=key.agent_id, state=SigningKeyState.ACTIVE
-    ).first()
-    if previous is not None:
-        previous.state, previous.retiring_since = SigningKeyState.RETIRING, now
-        previous.save(update_fields=["state", "retiring_since"])
-    key.state = SigningKeyState.ACTIVE
-    key.save(update_fields=["state"])
-    return previous
-
-
 def _touch_agent(agent_pk: int) -> None:
     """The card (its push-channel extension) and its ETag change with every rebind step."""
     Agent.objects.filter(pk=agent_pk).update(updated_at=timezone.now())
@@ -385,7 +350,7 @@ def _prepare(rebind: Rebind, agent: Agent, now: datetime) -> None:
         rebind.old_key = SigningKey.objects.filter(
             agent=agent, state=SigningKeyState.ACTIVE
         ).first()
-        rebind.new_key = _publish_key(agent)
+        rebind.new_key = signing_key_publish(agent)
         overlap = max(agent.push_rebind_min_overlap, agent.card_max_age)
         rebind.activate_key_at = now + timedelta(seconds=overlap)
     else:
@@ -520,7 +485,7 @@ def _begin(pk: object) -> None:
         operation = "drain" if rebind.policy == PushChannelPolicy.DRAIN else "cut_over"
         rebind.state = rebind_machine.check(operation, rebind.state)
         if rebind.new_key_id:
-            previous = _activate_key(rebind.new_key, now)
+            previous = signing_key_activate(rebind.new_key)
             rebind.old_key = previous or rebind.old_key
         rebind.cutoff = now
         rebind.deadline = now + timedelta(seconds=rebind.deadline_seconds)
@@ -781,9 +746,7 @@ def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
         if was == RebindState.SCHEDULED:
             _unschedule(rebind)
         if was == RebindState.PREPARING and rebind.new_key_id:
-            SigningKey.objects.filter(pk=rebind.new_key_id, state=SigningKeyState.PUBLISHED).update(
-                state=SigningKeyState.RETIRED, retired_at=now
-            )
+            signing_key_withdraw(rebind.new_key_id)
         if was == RebindState.DRAINING:
             _revert_pending(rebind, now)
             if rebind.old_key_id:

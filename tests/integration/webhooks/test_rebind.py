@@ -17,6 +17,7 @@ from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
 from agents.models import SigningKey, SigningKeyState
+from agents.signing import jwks, live_private_keys
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
@@ -197,6 +198,8 @@ def test_key_rotation_publishes_first_then_signs_and_retires_after_the_margin(ag
     assert rebind.state == RebindState.PREPARING
     new = SigningKey.objects.get(pk=rebind.new_key_id)
     assert new.state == SigningKeyState.PUBLISHED  # in the JWKS, not signing
+    assert [k["kid"] for k in jwks(agent)["keys"]] == [new.kid, old.kid]
+    assert [kid for kid, _ in live_private_keys(agent)] == [old.kid]
     assert rebind.activate_key_at == T0 + timedelta(seconds=30)  # the card's max-age
     clock.shift(29)
     assert rebind_advance(rebind.pk).state == RebindState.PREPARING
@@ -223,6 +226,7 @@ def test_key_rotation_publishes_first_then_signs_and_retires_after_the_margin(ag
     rebind_advance(rebind.pk)
     old.refresh_from_db()
     assert old.state == SigningKeyState.RETIRED
+    assert [k["kid"] for k in jwks(agent)["keys"]] == [new.kid]
 
 
 def test_client_reregistration_is_a_one_task_rebind_that_completes(agent):
