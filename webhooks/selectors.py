@@ -175,14 +175,16 @@ def push_channel_extension(agent: Agent, *, jwks_url: str) -> dict[str, Any]:
     the current channel and of any draining one, the JWKS, the delivery guarantee."""
     keys = live_and_published_keys(agent)
     draining = [
-        {
-            "rebindId": str(r.pk),
-            "policy": r.policy,
-            "state": r.state,
-            "deadline": r.deadline.isoformat() if r.deadline else None,
-            "oldKeyIds": [r.old_key.kid] if r.old_key_id else [],
-            "movePrefix": r.move_from or None,
-        }
+        _present(
+            {
+                "rebindId": str(r.pk),
+                "policy": r.policy,
+                "state": r.state,
+                "deadline": r.deadline.isoformat() if r.deadline else None,
+                "oldKeyIds": [r.old_key.kid] if r.old_key_id else [],
+                "movePrefix": r.move_from,
+            }
+        )
         for r in Rebind.objects.filter(agent=agent, state__in=OPEN_REBIND_STATES)
         .exclude(actor__startswith="client")
         .select_related("old_key")
@@ -193,19 +195,26 @@ def push_channel_extension(agent: Agent, *, jwks_url: str) -> dict[str, Any]:
         "description": "How this agent moves push channels (signing key, URLs) while tasks "
         "are in flight: a channel notice on the old channel first (docs/webhooks-receiving.md)",
         "required": False,
-        "params": {
-            "policy": agent.push_rebind_policy,
-            "minOverlapSeconds": max(agent.push_rebind_min_overlap, agent.card_max_age),
-            "drainDeadlineSeconds": agent.push_rebind_deadline,
-            "onTimeout": agent.push_rebind_on_timeout,
-            "currentKeyIds": [k.kid for k in keys if k.state == SigningKeyState.ACTIVE],
-            "nextKeyIds": [k.kid for k in keys if k.state == SigningKeyState.PUBLISHED],
-            "drainingKeyIds": [k.kid for k in keys if k.state == SigningKeyState.RETIRING],
-            "draining": draining,
-            "jwksUrl": jwks_url,
-            "deliveryGuarantee": "durable, at-least-once, in order per push config",
-        },
+        # Empty values are left out: signed cards carry none (docs/decisions.md).
+        "params": _present(
+            {
+                "policy": agent.push_rebind_policy,
+                "minOverlapSeconds": max(agent.push_rebind_min_overlap, agent.card_max_age),
+                "drainDeadlineSeconds": agent.push_rebind_deadline,
+                "onTimeout": agent.push_rebind_on_timeout,
+                "currentKeyIds": [k.kid for k in keys if k.state == SigningKeyState.ACTIVE],
+                "nextKeyIds": [k.kid for k in keys if k.state == SigningKeyState.PUBLISHED],
+                "drainingKeyIds": [k.kid for k in keys if k.state == SigningKeyState.RETIRING],
+                "draining": draining,
+                "jwksUrl": jwks_url,
+                "deliveryGuarantee": "durable, at-least-once, in order per push config",
+            }
+        ),
     }
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v not in (None, "", [], {})}
 
 
 def live_and_published_keys(agent: Agent) -> list[SigningKey]:

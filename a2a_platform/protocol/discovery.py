@@ -75,7 +75,7 @@ def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, floa
     jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
     signed = sign_card(
         ctx.agent,
-        operations.public_card(ctx, caps),
+        operations.served_card(ctx, caps),
         jwks_url=f"{jwks_url}/.well-known/jwks.json",
     )
     # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win; the
@@ -95,8 +95,14 @@ async def jwks(request: Request, route: Route) -> Response:
     except ProtocolError as exc:
         return rest_error(exc)
 
-    return Response(
-        dumps(await run_orm(lambda: agent_jwks(ctx.agent))),
-        media_type="application/jwk-set+json",
-        headers={"Cache-Control": "public, max-age=300"},
-    )
+    body = dumps(await run_orm(lambda: agent_jwks(ctx.agent)))
+    # Cached no longer than the card: a rebind publishes its next key for at least the card's
+    # max-age before it signs, so a client re-reading either learns it in time. The ETag
+    # changes with every key change.
+    headers = {
+        "ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"',
+        "Cache-Control": f"public, max-age={ctx.agent.card_max_age}",
+    }
+    if headers["ETag"] in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/jwk-set+json", headers=headers)

@@ -39,13 +39,14 @@ from a2a_platform.protocol.errors import (
     ProtocolError,
     invalid_params,
 )
-from agents.card_render import render_card
+from agents.card_render import agent_base_url, render_card
 from agents.readiness import capabilities as agent_capabilities
 from tasks import selectors, services, wire
 from tasks.errors import TaskNotFound
 from tasks.event_hub import get_hub
 from tasks.models import Task
 from tasks.states import SETTLED_STATES, TaskState
+from webhooks.selectors import push_channel_extension
 
 # --- SendMessage ---------------------------------------------------------------------------
 
@@ -261,7 +262,24 @@ def capabilities(ctx: Ctx, readiness) -> dict[str, bool]:
 
 
 def public_card(ctx: Ctx, caps: dict[str, bool] | None = None) -> dict:
+    """The card as rendered from the agent's row alone (no query)."""
     return render_card(ctx.agent, origin=ctx.origin, at_root=ctx.at_root, capabilities=caps)
+
+
+def served_card(ctx: Ctx, caps: dict[str, bool]) -> dict:
+    """The card clients get (in an ORM thread): with push notifications on, it declares the
+    push-channel extension, whose params read the agent's keys and open rebinds."""
+    platform = []
+    if caps.get("pushNotifications", ctx.agent.push_notifications_enabled):
+        base = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
+        platform.append(push_channel_extension(ctx.agent, jwks_url=f"{base}/.well-known/jwks.json"))
+    return render_card(
+        ctx.agent,
+        origin=ctx.origin,
+        at_root=ctx.at_root,
+        capabilities=caps,
+        platform_extensions=platform,
+    )
 
 
 async def get_extended_agent_card(ctx: Ctx, params: Params) -> dict:
@@ -269,7 +287,8 @@ async def get_extended_agent_card(ctx: Ctx, params: Params) -> dict:
         raise ProtocolError(UNSUPPORTED_OPERATION, "this agent has no extended agent card")
     if not ctx.authenticated:
         raise ProtocolError(UNAUTHENTICATED, "the extended agent card needs an API key")
-    return public_card(ctx, capabilities(ctx, await readiness_now()))
+    caps = capabilities(ctx, await readiness_now())
+    return await run_orm(lambda: served_card(ctx, caps))
 
 
 UNARY = {

@@ -16,12 +16,14 @@ import pytest
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
+from a2a_platform.protocol import context
 from agents.models import SigningKey, SigningKeyState
 from agents.signing import jwks, live_private_keys
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.readiness_helpers import mark_workers_live
 from webhooks import rebind_machine
 from webhooks.delivery import delivery_claim_head, delivery_record
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
@@ -485,3 +487,37 @@ def test_illegal_transitions_are_refused_and_change_nothing(agent):
     assert rows() == before
     with pytest.raises(RebindNotFound):
         rebind_advance("not-a-uuid")
+
+
+# --- declared in the card ---------------------------------------------------------------------
+
+
+def _card_and_jwks(wire) -> tuple[dict, str, str]:
+    mark_workers_live()
+    card = wire.request("GET", "/.well-known/agent-card.json")
+    keys = wire.request("GET", "/.well-known/jwks.json")
+    assert card.status_code == 200, card.text
+    assert keys.headers["Cache-Control"] == "public, max-age=30"  # the card's max-age
+    [ext] = [e for e in card.json()["capabilities"]["extensions"] if e["uri"] == URI]
+    return ext, card.headers["ETag"], keys.headers["ETag"]
+
+
+def test_the_card_declares_the_policy_and_changes_with_every_rebind_step(agent, wire, clock):
+    in_flight(agent, 1)
+    ext, card_etag, jwks_etag = _card_and_jwks(wire)
+    assert ext["required"] is False
+    params = ext["params"]
+    assert params["policy"] == "drain"
+    assert params["minOverlapSeconds"] == 30
+    assert params["currentKeyIds"] == [SigningKey.objects.get(agent=agent).kid]
+    assert "draining" not in params  # nothing drains; signed cards carry no empty value
+    assert params["jwksUrl"].endswith("/.well-known/jwks.json")
+
+    rebind = rebind_start(RebindRequest(agent=agent, rotate_key=True), actor="ops")
+    context._agents.clear()  # this process's agent cache (A2A_AGENT_CACHE_SECONDS)
+    ext, card_etag2, jwks_etag2 = _card_and_jwks(wire)
+    assert (card_etag2 != card_etag, jwks_etag2 != jwks_etag) == (True, True)
+    assert ext["params"]["nextKeyIds"] == [rebind.new_key.kid]
+    assert ext["params"]["draining"][0]["rebindId"] == str(rebind.pk)
+    stale = wire.request("GET", "/.well-known/jwks.json", headers={"If-None-Match": jwks_etag2})
+    assert stale.status_code == 304
