@@ -295,6 +295,10 @@ A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS = env.int(
 A2A_REBIND_MONITOR_INTERVAL_SECONDS = env.int("A2A_REBIND_MONITOR_INTERVAL_SECONDS", default=5)
 # Configs moved per transaction while a rebind plans its moves (each locks its tasks briefly).
 A2A_REBIND_BATCH = env.int("A2A_REBIND_BATCH", default=500)
+# How often, and over how many finished tasks per agent, the `tasks_outlive_card` check
+# measures the p99 task duration against the card's max-age (docs/rebinds.md).
+A2A_CARD_AGE_CHECK_INTERVAL_SECONDS = env.int("A2A_CARD_AGE_CHECK_INTERVAL_SECONDS", default=600)
+A2A_CARD_AGE_SAMPLE = env.int("A2A_CARD_AGE_SAMPLE", default=1000)
 # The longest drain deadline an operator may set (30 days).
 A2A_REBIND_MAX_DEADLINE_SECONDS = env.int("A2A_REBIND_MAX_DEADLINE_SECONDS", default=30 * 86400)
 # Retention: delivered deliveries, their attempts and task events older than this are purged

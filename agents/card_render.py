@@ -68,6 +68,9 @@ def security(agent: Agent) -> dict[str, Any]:
 
 
 DELIVERY_EXTENSION_URI = "urn:a2a-platform:ext:webhook-delivery:v1"
+# How the agent moves push channels while tasks are in flight (webhooks/rebind.py): declared
+# in the card, the key of channel notices' metadata and of an orphaned task's mark.
+PUSH_CHANNEL_URI = "urn:a2a-platform:ext:push-channel:v1"
 
 
 def delivery_extension(agent: Agent, origin: str, *, at_root: bool) -> dict[str, Any]:

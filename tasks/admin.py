@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
 
 
@@ -43,10 +44,26 @@ class DispatchInline(ReadOnlyInline):
     fields = ("state", "not_before", "enqueues", "claims", "claimed_by", "lease_expires_at")
 
 
+class OrphanedFilter(admin.SimpleListFilter):
+    """Tasks a rebind's cutover orphaned (docs/rebinds.md): their push channel was cut over
+    and no operator has re-bound it yet."""
+
+    title = "push channel"
+    parameter_name = "push_channel"
+
+    def lookups(self, request, model_admin):
+        return [("orphaned", "orphaned by a cutover")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "orphaned":
+            return queryset.filter(metadata__contains={PUSH_CHANNEL_URI: {"orphaned": True}})
+        return queryset
+
+
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
     list_display = ("id", "agent", "state", "status_timestamp", "context_id", "owner", "last_seq")
-    list_filter = ("state", "agent")
+    list_filter = ("state", "agent", OrphanedFilter)
     search_fields = ("=id", "context_id")
     list_select_related = ("agent",)
     date_hierarchy = "status_timestamp"

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from agents.card_render import PUSH_CHANNEL_URI
 from tasks import wire
 from tasks.models import Task
 from tasks.services import task_extension_metadata_set
@@ -67,8 +68,6 @@ def notices_delivered(delivery_pks: Collection[int], now: datetime) -> list[int]
 
 
 # --- moving one config (inside a rebind's transaction, task and config rows locked) --------
-
-PUSH_CHANNEL_URI = "urn:a2a-platform:ext:push-channel:v1"
 
 CHANNEL_CHANGED = "channel-changed"
 CHANNEL_ORPHANED = "channel-orphaned"

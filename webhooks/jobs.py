@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from webhooks.job_names import (
+    CARD_AGE_CHECK_JOB,
     DELIVER_JOB,
     HEARTBEAT_JOB,
     PURGE_OLD_ROWS_JOB,
@@ -68,3 +69,11 @@ def rebind_fire_job(rebind_pk: str) -> str:
     from webhooks.rebind import rebind_fire
 
     return rebind_fire(rebind_pk).state
+
+
+@shared_task(name=CARD_AGE_CHECK_JOB)
+def card_age_check_job() -> int:
+    """Alert when an agent's tasks outlive its card (webhooks.rebind.card_age_check)."""
+    from webhooks.rebind import card_age_check
+
+    return card_age_check()

@@ -19,6 +19,7 @@ command and the services themselves run: whatever a crash interrupted, it finish
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -871,3 +872,42 @@ def rebind_monitor() -> int:
         except Exception:  # one broken rebind must not stop the others: logged, retried next run
             logger.exception("rebind.advance_failed", extra={"rebind": str(pk)})
     return len(pks)
+
+
+def card_age_check() -> int:
+    """Alert (`tasks_outlive_card`) for each push-enabled agent whose measured p99 task
+    duration, over its last A2A_CARD_AGE_SAMPLE finished tasks, exceeds its card's max-age:
+    its tasks then outlive the card a client holds, so a client may meet a rebind's notice
+    holding a card that predates it. Returns how many agents were alerted."""
+    alerted = 0
+    sample = settings.A2A_CARD_AGE_SAMPLE
+    for agent in Agent.objects.filter(push_notifications_enabled=True, enabled=True):
+        spans = sorted(
+            (finished - created).total_seconds()
+            for created, finished in Task.objects.filter(agent=agent, state__in=TERMINAL)
+            .order_by("-status_timestamp")
+            .values_list("created_at", "status_timestamp")[:sample]
+        )
+        if len(spans) < 20:  # too few to call a p99
+            continue
+        p99 = spans[math.ceil(0.99 * len(spans)) - 1]
+        if p99 <= agent.card_max_age:
+            continue
+        message = (
+            f"agent {agent.slug}: p99 task duration {p99:.0f}s (last {len(spans)} tasks) exceeds "
+            f"the card's max-age {agent.card_max_age}s; raise the max-age or the rebind "
+            "minimum overlap"
+        )
+        open_alert = Alert.objects.filter(
+            kind=AlertKind.TASKS_OUTLIVE_CARD,
+            message__startswith=f"agent {agent.slug}:",
+            resolved_at__isnull=True,
+        ).first()
+        if open_alert is None:
+            Alert.objects.create(kind=AlertKind.TASKS_OUTLIVE_CARD, message=message[:500])
+        else:
+            Alert.objects.filter(pk=open_alert.pk).update(
+                count=F("count") + 1, message=message[:500], last_seen_at=timezone.now()
+            )
+        alerted += 1
+    return alerted

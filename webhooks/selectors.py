@@ -10,11 +10,11 @@ from typing import Any
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from agents.card_render import PUSH_CHANNEL_URI
 from agents.models import Agent, SigningKey, SigningKeyState
 from tasks.errors import TaskNotFound
 from tasks.models import Task
 from tasks.states import TERMINAL_STATES, TaskState
-from webhooks.channel_moves import PUSH_CHANNEL_URI
 from webhooks.models import (
     CONFIG_ID,
     ON_OLD_MOVE_STATES,

@@ -41,6 +41,7 @@ from webhooks.models import (
 )
 from webhooks.rebind import (
     RebindRequest,
+    card_age_check,
     rebind_abort,
     rebind_advance,
     rebind_cutover,
@@ -521,3 +522,35 @@ def test_the_card_declares_the_policy_and_changes_with_every_rebind_step(agent, 
     assert ext["params"]["draining"][0]["rebindId"] == str(rebind.pk)
     stale = wire.request("GET", "/.well-known/jwks.json", headers={"If-None-Match": jwks_etag2})
     assert stale.status_code == 304
+
+
+def test_orphaned_tasks_are_filterable_in_the_admin(agent, admin_client):
+    orphaned, kept = in_flight(agent, 2)
+    rebind_start(
+        RebindRequest(
+            agent=agent,
+            config=PushConfig.objects.get(task=orphaned),
+            new_url=f"{V2}x",
+            policy="cutover",
+        ),
+        actor="ops",
+    )
+    page = admin_client.get("/admin/tasks/task/", {"push_channel": "orphaned"})
+    assert page.status_code == 200
+    assert str(orphaned.pk) in page.content.decode()
+    assert str(kept.pk) not in page.content.decode()
+
+
+def test_tasks_outliving_the_card_raise_one_alert_per_agent(agent, clock):
+    for i in range(25):
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message(f"{i}"))
+        clock.shift(40 if i == 24 else 5)  # the slowest 1 %: 40 s against a 30 s max-age
+        services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+    assert card_age_check() == 1
+    assert card_age_check() == 1
+    alert = Alert.objects.get(kind=AlertKind.TASKS_OUTLIVE_CARD)
+    assert "p99 task duration 40s" in alert.message
+    assert alert.count == 2
+    agent.card_max_age = 60
+    agent.save()
+    assert card_age_check() == 0

@@ -4,6 +4,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from tasks.job_names import SWEEP_DISPATCHES_JOB
 from webhooks.job_names import (
+    CARD_AGE_CHECK_JOB,
     HEARTBEAT_JOB,
     PURGE_OLD_ROWS_JOB,
     REBIND_MONITOR_JOB,
@@ -28,6 +29,11 @@ SCHEDULES = {
     "purge old rows": (PURGE_OLD_ROWS_JOB, "A2A_RETENTION_INTERVAL_SECONDS", "heartbeat"),
     # Advances open rebinds: counts, completion, deadlines, scheduled starts (webhooks/rebind.py).
     "rebind monitor": (REBIND_MONITOR_JOB, "A2A_REBIND_MONITOR_INTERVAL_SECONDS", "heartbeat"),
+    "tasks outlive card check": (
+        CARD_AGE_CHECK_JOB,
+        "A2A_CARD_AGE_CHECK_INTERVAL_SECONDS",
+        "heartbeat",
+    ),
     # Readiness: proof of a live worker, end to end (agents/readiness.py).
     "worker heartbeat": (HEARTBEAT_JOB, "A2A_HEARTBEAT_INTERVAL_SECONDS", "heartbeat"),
 }
