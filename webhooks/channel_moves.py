@@ -31,7 +31,7 @@ from webhooks.models import (
 )
 
 
-def activate(move_pks: Collection[int], now: datetime) -> list[int]:
+def activate(move_pks: Collection[int], now: datetime, *, refresh_heads: bool = True) -> list[int]:
     """Activate the new bindings of these moves (still waiting for their notice) and release
     their held deliveries; the moves become `moved`. Inside the caller's transaction, with
     the configs locked (heads.lock). Returns the config pks made due."""
@@ -51,20 +51,24 @@ def activate(move_pks: Collection[int], now: datetime) -> list[int]:
         state=DeliveryState.PENDING, next_attempt_at=now
     )
     configs = sorted({config for _, config, _ in rows})
-    heads.refresh(configs)
+    if refresh_heads:
+        heads.refresh(configs)
     return configs
 
 
 def notices_delivered(delivery_pks: Collection[int], now: datetime) -> list[int]:
-    """Notices just recorded as delivered: move their configs to the new binding (a notice
+    """Notices being recorded as delivered: move their configs to the new binding (a notice
     whose move was reverted, orphaned or already moved changes nothing). The caller holds the
-    configs locked. Returns the config pks made due."""
+    configs locked and recomputes their heads after this (the record's one write of each
+    config row: a second update of a row this transaction already updated makes PostgreSQL
+    check its foreign key to the task at commit, which waits for a transition holding the
+    task while that transition waits for the config: a deadlock). Returns the config pks."""
     pks = list(
         ChannelMove.objects.filter(
             notice_id__in=list(delivery_pks), state=MoveState.NOTICE_PENDING
         ).values_list("pk", flat=True)
     )
-    return activate(pks, now) if pks else []
+    return activate(pks, now, refresh_heads=False) if pks else []
 
 
 # --- moving one config (inside a rebind's transaction, task and config rows locked) --------
