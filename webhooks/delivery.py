@@ -260,10 +260,10 @@ def delivery_record_many(
             )
             for claim, result in results
         ]
-        due_now = outbox.record_write(now, attempted, delivered, config_pks)
         notices = [pk for pk, _ in delivered if kinds[pk] == "notice"]
         if notices:  # a rebind's notice: its config moves to the new binding now
-            due_now = set(due_now) | set(notices_delivered(notices, now))
+            notices_delivered(notices, now)  # before the heads are recomputed, below
+        due_now = outbox.record_write(now, attempted, delivered, config_pks)
         outcomes = [
             replace(outcome, next_due=True)
             if claim.config_pk in due_now and outcome.state in ("delivered", "dead")
