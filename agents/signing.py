@@ -4,8 +4,8 @@ Lifecycle: `active` (signs; one per agent) → `retiring` (after a rotation: sti
 stays in the JWKS, so receivers that only know it keep verifying — DESIGN.md invariant 3,
 drain) → `retired` (gone from signatures and the JWKS). Writes lock the agent row, so two
 rotations of one agent serialize; the partial unique constraint backs that up. Create, rotate
-and retire are outermost transactions (durable); `ensure_signing_key` is not (the delivery
-claim calls it inside its own).
+and retire are outermost transactions (durable). Reads (the card, the JWKS, delivery signing)
+never create a key: agents get their first with the agent (`agent_create`).
 
 The private key is stored as `a2a_platform.lib.crypto.encrypt(base64url(raw 32 bytes))`; it is
 decrypted only by `private_key()`, for signing, and never logged or returned on read.
@@ -144,24 +144,6 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
         key.retired_at = now
         key.save(update_fields=["state", "retired_at"])
     logger.info("signing_key.retired", extra={"agent_id": key.agent_id, "kid": key.kid})
-    return key
-
-
-def ensure_signing_key(agent: Agent) -> SigningKey:
-    """The agent's active key, created if it has none (safe under concurrent callers).
-
-    Kept for the delivery claim (webhooks/delivery.py) until it reads `active_signing_key`;
-    agents get their key when they are created, so the protocol's read paths no longer call
-    this."""
-    key = _active_key(agent)
-    if key is not None:
-        return key
-    with transaction.atomic():
-        _lock_agent(agent)
-        key = _active_key(agent)
-        if key is None:
-            key = _new_key(agent)
-            logger.info("signing_key.created", extra={"agent": agent.slug, "kid": key.kid})
     return key
 
 

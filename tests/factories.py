@@ -9,17 +9,12 @@ import factory
 from agents.models import Agent
 from agents.signing import signing_key_create_for_new_agent
 
-# Whether an AgentFactory agent gets its first signing key unless the test says
-# (`signing_key=True|False`). Production gives every agent one (agent_create, migration 0006);
-# False until the tests that create their agents' first key themselves pass
-# `signing_key=False` (listed in the structure issue's report).
-KEYED_BY_DEFAULT = False
-
 
 class AgentFactory(factory.django.DjangoModelFactory):
-    """An agent. `signing_key=True` gives it its first active signing key with the helper
-    agent_create uses (`signing_key_create_for_new_agent`); `False` makes a keyless agent, one
-    made outside the services (the signing tests start from one)."""
+    """An agent with its first active signing key, written with the helper agent_create uses
+    (`signing_key_create_for_new_agent`), as production gives every agent one.
+    `signing_key=False` makes a keyless agent, as one made outside the services would be (the
+    signing tests start from one)."""
 
     class Meta:
         model = Agent
@@ -34,7 +29,7 @@ class AgentFactory(factory.django.DjangoModelFactory):
 
     @factory.post_generation
     def signing_key(agent: Agent, create: bool, extracted: bool | None, **_) -> None:
-        if create and (KEYED_BY_DEFAULT if extracted is None else extracted):
+        if create and extracted is not False:
             signing_key_create_for_new_agent(agent)
 
 

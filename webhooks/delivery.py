@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from webhooks import heads, retry_policy
 from webhooks.channel_moves import notices_delivered
-from webhooks.delivery_headers import delivery_headers, redact
+from webhooks.delivery_headers import SigningKeyMissing, delivery_headers, redact
 from webhooks.endpoint_health import (
     alert_raise,
     endpoint_health_track,
@@ -38,7 +38,7 @@ from webhooks.endpoint_health import (
     within_endpoint_caps,
 )
 from webhooks.models import AlertKind, Delivery, DeliveryAttempt, DeliveryState, Endpoint
-from webhooks.outbox_store import AttemptResult, NewAttempt, Recorded, get_outbox_store
+from webhooks.outbox_store import AttemptResult, Head, NewAttempt, Recorded, get_outbox_store
 from webhooks.transport import TransportResult
 from webhooks.wake import wake_on_commit
 
@@ -106,7 +106,9 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
     (webhooks/heads.py), so two claimers never interleave one config. Skipped without spending
     a try: configs another claimer holds; heads of endpoints at their in-flight cap or of
     failing endpoints another claimer holds (looked at again after a short wait); heads of
-    paused endpoints (parked until the endpoint resumes).
+    paused endpoints (parked until the endpoint resumes); heads of an agent without a live
+    signing key (`SigningKeyMissing`: never sent unsigned; looked at again a sweep interval
+    later, logged and alerted as `signing_key_missing` each time, delivered once a key exists).
 
     On PostgreSQL: a read that locks, (for failing endpoints only) a lock of those endpoints,
     and one write (webhooks/outbox_store.py)."""
@@ -141,9 +143,19 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
         leased_until = now + timedelta(seconds=lease)
         timestamp = int(now.timestamp())
         claims = []
+        unsigned: list[tuple[Head, SigningKeyMissing]] = []
         for head in chosen:
+            try:
+                headers = delivery_headers(head, timestamp)
+            except SigningKeyMissing as exc:
+                # Never sent unsigned, no try spent: looked at again a sweep interval later.
+                due[head.config_pk] = now + failing_wait
+                unsigned.append((head, exc))
+                continue
             due[head.config_pk] = leased_until
-            claims.append((head, delivery_headers(head, timestamp)))
+            claims.append((head, headers))
+        if unsigned:
+            _hold_unsigned(unsigned)
         # The timeline numbers every attempt; `attempts` restarts at a replay, so a first try
         # that follows earlier ones is the replay's: an operator's.
         attempt_pks = outbox.claim_write(
@@ -177,6 +189,34 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
         ),
         exhausted=len(rows) < limit,
     )
+
+
+def _hold_unsigned(unsigned: list[tuple[Head, SigningKeyMissing]]) -> None:
+    """Log each head held for want of a signing key, and raise a `signing_key_missing` alert
+    on its endpoint naming the agent (`alert_raise`: one open alert per endpoint, counted
+    again at each look; an operator resolves it)."""
+    endpoints = Endpoint.objects.in_bulk({head.endpoint_pk for head, _ in unsigned})
+    alerted = set()
+    for head, exc in unsigned:
+        logger.error(
+            "webhooks.delivery.unsigned_held",
+            extra={
+                "agent": exc.slug,
+                "config_id": head.config_pk,
+                "delivery_id": str(head.event_id),
+                "task_id": str(head.task_id),
+            },
+        )
+        if (exc.agent_pk, head.endpoint_pk) in alerted:
+            continue
+        alerted.add((exc.agent_pk, head.endpoint_pk))
+        endpoint = endpoints[head.endpoint_pk]
+        alert_raise(
+            AlertKind.SIGNING_KEY_MISSING,
+            endpoint,
+            f"agent {exc.slug!r} has no live signing key: its deliveries to {endpoint.origin} "
+            "wait (nothing is sent unsigned) until one is created (signing_key_create)",
+        )
 
 
 def delivery_claim_head(*, config_pk: int) -> DeliveryClaim | None:

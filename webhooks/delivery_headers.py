@@ -2,6 +2,10 @@
 with every live key of the agent, the notification token and the Authorization header (a
 Bearer JWT signed by the agent when the binding gives no credentials), and their redaction
 for the attempt row. The agent's signing keys are cached per process (`_signers`).
+
+Read only: keys are created with their agent (agent_create, migration 0006), never here. An
+agent without a live key cannot sign, and an unsigned delivery is never sent:
+`SigningKeyMissing` is raised for its heads (webhooks/delivery.py holds them back).
 """
 
 from __future__ import annotations
@@ -15,11 +19,21 @@ from django.db.models.signals import post_delete, post_save
 from a2a_platform.lib.crypto import decrypt
 from a2a_platform.lib.ttl_cache import TTLCache
 from agents.models import Agent, SigningKey
-from agents.signing import ensure_signing_key, live_private_keys
+from agents.signing import live_private_keys
 from webhooks.outbox_store import Head
 from webhooks.signer import bearer_jwt, webhook_headers
 
 SECRET_HEADERS = {"authorization", "x-a2a-notification-token"}
+
+
+class SigningKeyMissing(Exception):
+    """The agent has no live signing key, so its deliveries cannot be signed (and are not sent
+    unsigned). Not cached: the key an operator then creates signs at once here."""
+
+    def __init__(self, agent_pk: int, slug: str) -> None:
+        super().__init__(f"agent {slug!r} has no live signing key; its deliveries are held")
+        self.agent_pk = agent_pk
+        self.slug = slug
 
 
 class _Signer(NamedTuple):
@@ -45,13 +59,16 @@ def _signer(agent_pk: int) -> _Signer:
     signer = _signers.get(agent_pk)
     if signer is None:
         agent = Agent.objects.get(pk=agent_pk)
-        ensure_signing_key(agent)
-        signer = _signers.put(agent_pk, _Signer(live_private_keys(agent), agent.slug))
+        keys = live_private_keys(agent)
+        if not keys:
+            raise SigningKeyMissing(agent_pk, agent.slug)
+        signer = _signers.put(agent_pk, _Signer(keys, agent.slug))
     return signer
 
 
 def delivery_headers(head: Head, now_ts: int) -> dict[str, str]:
-    """The headers of one send of `head`, signed at `now_ts` (secrets in clear)."""
+    """The headers of one send of `head`, signed at `now_ts` (secrets in clear). Raises
+    SigningKeyMissing when the agent has no live key."""
     keys, slug = _signer(head.agent_pk)
     body = head.body.encode()
     binding_version = f"{head.config_name}.v{head.version}"

@@ -177,6 +177,7 @@ class AlertKind(models.TextChoices):
     ENDPOINT_FAILING = "endpoint_failing", "endpoint failing"
     REBIND_DEADLINE = "rebind_deadline", "rebind deadline approaching with tasks on the old channel"
     REBIND_NOTICE_DEAD = "rebind_notice_dead", "a rebind notice dead-lettered"
+    SIGNING_KEY_MISSING = "signing_key_missing", "an agent without a signing key: deliveries wait"
     TASKS_OUTLIVE_CARD = "tasks_outlive_card", "tasks outlive the card clients hold"
 
 

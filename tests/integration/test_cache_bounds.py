@@ -26,7 +26,7 @@ import pytest
 
 from agents.models import AuthMode
 from agents.services import agent_save, api_key_create, api_key_revoke
-from agents.signing import ensure_signing_key, public_jwk, signing_key_retire, signing_key_rotate
+from agents.signing import active_signing_key, public_jwk, signing_key_retire, signing_key_rotate
 from tasks import services
 from tasks.states import TaskState
 from tests import live
@@ -186,7 +186,7 @@ def test_a_rotated_then_retired_signing_key_signs_a_workers_deliveries_within_th
     the TTL is delivered signed by both keys (new first); after the retirement, by the new key
     only. Each signature is checked against the public key its hint names."""
     agent = AgentFactory(executor="external")  # this test moves its task
-    old = ensure_signing_key(agent)
+    old = active_signing_key(agent)
     receiver = receivers.start()
     start_worker(procs, A2A_SIGNING_KEY_CACHE_SECONDS=str(SIGNING_KEY_TTL))
     task, (config,) = open_task(agent, "hello", {"url": receiver.url})

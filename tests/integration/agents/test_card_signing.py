@@ -31,11 +31,10 @@ from agents import readiness
 from agents.card_signing import EmptyCardValue, sign_card
 from agents.models import AuthMode, CardVersion, WorkerHeartbeat
 from agents.signing import (
+    active_signing_key,
     b64url_decode,
     b64url_encode,
-    ensure_signing_key,
     jwks,
-    signing_key_create,
 )
 from tasks.models import Task
 from tests.factories import AgentFactory, user_message
@@ -74,7 +73,7 @@ def wire(protocol_wire, settings):  # noqa: F811 (pytest passes the imported fix
 @pytest.fixture
 def agent(transactional_db):
     """An agent with its signing key, as agent_create makes one."""
-    agent = AgentFactory(
+    return AgentFactory(
         slug="signed",
         name="Signed Agent",
         description="An agent whose card is signed",
@@ -86,8 +85,6 @@ def agent(transactional_db):
         provider_url="https://example.org",
         documentation_url="https://example.org/docs",
     )
-    signing_key_create(agent=agent)
-    return agent
 
 
 def card_path(agent) -> str:
@@ -156,7 +153,7 @@ def test_served_card_is_signed_and_both_verifiers_accept_it(wire, agent):
     card, _ = served(wire, agent)
     assert len(card["signatures"]) == 1
     header = protected_header(card)
-    key = ensure_signing_key(agent)
+    key = active_signing_key(agent)
     assert header == {
         "alg": "EdDSA",
         "kid": key.kid,
@@ -232,7 +229,6 @@ def test_a_signature_by_another_key_is_refused(wire, agent):
     """The signature is bound to the agent's key: another agent's JWKS does not verify it."""
     card, _ = served(wire, agent)
     other = AgentFactory(slug="other")
-    ensure_signing_key(other)
     with pytest.raises(InvalidSignature):
         rfc8785_verify(parse(card), {"keys": [{**jwks(other)["keys"][0], "kid": _kid(card)}]})
     verify = create_signature_verifier(lambda kid, jku: PyJWK(jwks(other)["keys"][0]), ["EdDSA"])

@@ -9,6 +9,7 @@ from django.db import transaction
 from agents.models import Agent, SigningKey
 from agents.services import agent_create, agent_save, api_key_create, api_key_revoke
 from agents.signing import signing_key_create, signing_key_retire, signing_key_rotate
+from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +29,8 @@ def test_api_key_revoke_is_outermost(agent):
     assert api_key_revoke(key_id=key.pk).revoked_at is not None
 
 
-def test_signing_key_services_are_outermost(agent):
+def test_signing_key_services_are_outermost(db):
+    agent = AgentFactory(signing_key=False)
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
         signing_key_create(agent=agent)
     assert not SigningKey.objects.filter(agent=agent).exists()

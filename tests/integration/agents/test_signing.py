@@ -11,7 +11,6 @@ from django.db import IntegrityError, connection, transaction
 from agents.models import SigningKey, SigningKeyState
 from agents.signing import (
     SigningKeyError,
-    ensure_signing_key,
     jwks,
     live_private_keys,
     live_signing_keys,
@@ -138,18 +137,6 @@ def test_agent_factory_keys_an_agent_as_agent_create_does():
     (key,) = live_signing_keys(agent)
     assert key.state == SigningKeyState.ACTIVE
     assert jwks(agent)["keys"][0]["kid"] == key.kid
-
-
-def test_ensure_signing_key_creates_once(agent):
-    key = ensure_signing_key(agent)
-    assert ensure_signing_key(agent) == key
-    assert SigningKey.objects.filter(agent=agent).count() == 1
-
-
-def test_ensure_signing_key_returns_the_active_key_after_rotation(agent):
-    signing_key_create(agent=agent)
-    new = signing_key_rotate(agent=agent)
-    assert ensure_signing_key(agent) == new
 
 
 def test_jwks_contents(agent):

@@ -49,9 +49,9 @@ def test_agent_save_creates_a_key_for_an_added_agent_only():
 
 def test_migration_0006_keys_the_keyless_agents_once():
     migration = importlib.import_module("agents.migrations.0006_signing_keys_for_existing_agents")
-    keyless = AgentFactory()
+    keyless = AgentFactory(signing_key=False)
     keyed = AgentFactory()
-    existing = signing_key_create(agent=keyed)
+    (existing,) = _active(keyed)
     migration.create_missing_keys(apps, None)
     (created,) = _active(keyless)
     assert _active(keyed) == [existing]
@@ -61,7 +61,7 @@ def test_migration_0006_keys_the_keyless_agents_once():
 
 
 def test_the_jwks_of_a_keyless_agent_is_empty_and_the_read_creates_no_key(wire):
-    agent = AgentFactory(slug="keyless")
+    agent = AgentFactory(slug="keyless", signing_key=False)
     response = wire.request("GET", "/keyless/.well-known/jwks.json")
     assert response.status_code == 200
     assert response.json() == {"keys": []}
@@ -71,7 +71,7 @@ def test_the_jwks_of_a_keyless_agent_is_empty_and_the_read_creates_no_key(wire):
 
 
 def test_the_card_of_a_keyless_agent_is_served_unsigned_and_the_read_creates_no_key(wire):
-    agent = AgentFactory(slug="keyless")
+    agent = AgentFactory(slug="keyless", signing_key=False)
     response = wire.request("GET", "/keyless/.well-known/agent-card.json")
     assert response.status_code == 200
     assert "signatures" not in response.json()

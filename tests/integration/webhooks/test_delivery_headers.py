@@ -9,13 +9,23 @@ A real worker process (tests.webhook_checks.start_worker) delivers to a real rec
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
+from django.utils import timezone
 
-from agents.signing import ensure_signing_key, jwks, signing_key_retire, signing_key_rotate
+from agents.models import SigningKey
+from agents.signing import (
+    active_signing_key,
+    jwks,
+    signing_key_create,
+    signing_key_retire,
+    signing_key_rotate,
+)
 from tasks import services
 from tasks.states import TaskState
+from tests.factories import AgentFactory
 from tests.webhook_checks import (
     assert_delivered,
     assert_in_order,
@@ -25,8 +35,12 @@ from tests.webhook_checks import (
     wait_all,
 )
 from tests.webhook_receiver import Record
-from webhooks.models import DeliveryAttempt
+from webhooks.delivery import delivery_claim_batch, delivery_record
+from webhooks.delivery_headers import SigningKeyMissing, delivery_headers
+from webhooks.models import Alert, AlertKind, Delivery, DeliveryAttempt, DeliveryState
+from webhooks.outbox_store import get_outbox_store
 from webhooks.receiver import VerificationError, WebhookVerifier
+from webhooks.transport import TransportResult
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -117,7 +131,7 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
     entries, each verifying against the published JWKS, so a receiver that knows only one of
     the keys still accepts); once the old key is retired only the new one signs."""
     assert agent.is_default  # its JWKS is published at the origin root too
-    old = ensure_signing_key(agent)
+    old = active_signing_key(agent)  # the key it was created with
     receiver = receivers.start()
     start_worker(procs, A2A_SIGNING_KEY_CACHE_SECONDS=str(SIGNING_KEY_CACHE_SECONDS))
     task, (config,) = open_task(agent, "hello", {"url": receiver.url})
@@ -166,3 +180,77 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
     wait_all(config, timeout=20)
     # Every delivery verifies against the JWKS published during the rotation (both keys).
     assert_delivered(receiver, config, agent, jwks_doc=published)
+
+
+def test_a_keyless_agents_head_is_not_signed_and_no_key_is_created():
+    """The delivery path only reads keys: an agent without a live one (made outside the
+    services) cannot sign, so its heads raise SigningKeyMissing rather than leave unsigned,
+    and nothing writes a key on the way."""
+    agent = AgentFactory(slug="keyless", executor="external", signing_key=False)
+    task, (config,) = open_task(agent, "hello", {"url": "http://127.0.0.1:9/hook"})
+    (head,) = get_outbox_store().claim_read(timezone.now(), 1, [config.pk])
+    with pytest.raises(SigningKeyMissing, match="keyless"):
+        delivery_headers(head, int(time.time()))
+    assert not SigningKey.objects.filter(agent=agent).exists()
+
+
+OK = TransportResult(
+    status=200, headers={}, body_excerpt="", duration_ms=1.0, error_class=None, retry_after=None
+)
+
+
+@pytest.mark.parametrize("store", ["postgres", "orm"])
+def test_a_keyless_agents_deliveries_wait_alerted_while_others_go_until_it_has_a_key(
+    store, settings, time_machine, caplog
+):
+    """In a claim, a keyless agent's head is held (webhooks/delivery.py): no try spent, no
+    attempt row, nothing sent unsigned; it is logged, alerted (one open alert, counted at each
+    look) and looked at again a sweep interval later, while the other agents' heads of the
+    same batch are claimed. Once the agent has a key, its delivery goes, signed by it."""
+    settings.A2A_STORE = store
+    time_machine.move_to(timezone.now(), tick=False)
+    sweep = settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
+    keyed = AgentFactory(slug="keyed", executor="external")
+    keyless = AgentFactory(slug="keyless", executor="external", signing_key=False)
+    _, (sent,) = open_task(keyed, "hello", {"url": "http://127.0.0.1:9/hook"})
+    _, (held,) = open_task(keyless, "hello", {"url": "http://127.0.0.1:19/hook"})
+    (waiting,) = Delivery.objects.filter(config=held)
+
+    def still_waiting() -> None:
+        waiting.refresh_from_db()
+        assert (waiting.state, waiting.attempts) == (DeliveryState.PENDING, 0)
+        assert not DeliveryAttempt.objects.filter(delivery=waiting).exists()
+        assert not SigningKey.objects.filter(agent=keyless).exists()
+
+    with caplog.at_level(logging.ERROR, logger="webhooks.delivery"):
+        batch = delivery_claim_batch(limit=10)
+    assert [claim.config_pk for claim in batch.claims] == [sent.pk]  # the others still go
+    delivery_record(claim=batch.claims[0], result=OK)
+    still_waiting()
+    (logged,) = [r for r in caplog.records if r.getMessage() == "webhooks.delivery.unsigned_held"]
+    assert logged.agent == "keyless"
+    alert = Alert.objects.get(kind=AlertKind.SIGNING_KEY_MISSING, resolved_at__isnull=True)
+    assert "'keyless'" in alert.message
+    assert "127.0.0.1:19" in alert.message
+    assert alert.endpoint.origin == "http://127.0.0.1:19"
+
+    # Visibly waiting: not claimed again before the sweep interval, then held again.
+    time_machine.shift(sweep - 1)
+    assert delivery_claim_batch(limit=10).claims == ()
+    time_machine.shift(2)
+    assert delivery_claim_batch(limit=10).claims == ()
+    still_waiting()
+    alert.refresh_from_db()
+    assert alert.count == 2
+    assert Alert.objects.filter(kind=AlertKind.SIGNING_KEY_MISSING).count() == 1
+
+    key = signing_key_create(agent=keyless)
+    time_machine.shift(sweep + 1)
+    (claim,) = delivery_claim_batch(limit=10).claims
+    assert (claim.delivery_pk, claim.attempt_number) == (waiting.pk, 1)
+    assert delivery_record(claim=claim, result=OK).state == "delivered"
+    waiting.refresh_from_db()
+    assert (waiting.state, waiting.attempts) == (DeliveryState.DELIVERED, 1)
+    verified = WebhookVerifier(jwks=jwks(keyless)).verify(claim.headers, claim.body)
+    assert verified.event_id == str(waiting.event_id)
+    assert claim.headers["X-A2A-Signature-Key-Ids"] == key.kid

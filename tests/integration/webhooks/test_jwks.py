@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.signing import jwks, signing_key_create, signing_key_retire, signing_key_rotate
+from agents.signing import jwks, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,8 +29,6 @@ def kids(document: dict) -> list[str]:
 
 def test_jwks_of_the_default_agent_is_served_at_the_root_as_at_its_tenant_path(wire, agent):
     other = AgentFactory(slug="not-default", executor="external")
-    for each in (agent, other):  # their first key, as agent_create writes it with the agent
-        signing_key_create(agent=each)
     tenant_path = f"/{agent.slug}/.well-known/jwks.json"
 
     root = served(wire, ROOT)
