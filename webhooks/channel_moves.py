@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.utils import timezone
+
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks import wire
 from tasks.models import Task
@@ -352,3 +354,24 @@ def rebind_orphan(move: ChannelMove, *, task: Task, now: datetime) -> None:
         uri=PUSH_CHANNEL_URI,
         value={"orphaned": True, "orphanedChannels": left} if left else None,
     )
+
+
+def release_late_held(limit: int = 1000) -> int:
+    """Release held deliveries whose binding is active already: the sweeper's backstop for a
+    transition that wrote its delivery as the notice's record activated the binding (on
+    PostgreSQL the outbox write waits for the config row, then reads the binding as its
+    statement began: not active yet). Such a delivery is the newest of its config, so the
+    order holds. Returns how many were released."""
+    late = list(
+        Delivery.objects.filter(state=DeliveryState.HELD, binding__activated_at__isnull=False)
+        .order_by("id")
+        .values_list("config_id", flat=True)[:limit]
+    )
+    if not late:
+        return 0
+    configs = heads.lock(late)
+    released = Delivery.objects.filter(
+        config_id__in=configs, state=DeliveryState.HELD, binding__activated_at__isnull=False
+    ).update(state=DeliveryState.PENDING, next_attempt_at=timezone.now())
+    heads.refresh(configs)
+    return released

@@ -37,6 +37,7 @@ from webhooks.bindings import (
     push_config_check,
     snapshot_body,
 )
+from webhooks.channel_moves import release_late_held
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
@@ -266,11 +267,14 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
 def delivery_sweep() -> int:
     """The outbox's safety net, run by the beat sweeper: vacuum the queue tables when they
     need it (webhooks/maintenance.py), repair configs whose head time went missing
-    (webhooks/heads.py), and wake a pump when a head is due (lost wake-ups, dead workers,
+    (webhooks/heads.py), release deliveries held for a binding a rebind activated meanwhile
+    (webhooks/channel_moves.py), and wake a pump when a head is due (lost wake-ups, dead workers,
     retries whose hint was lost with its worker; no message when a pump is claiming anyway).
     Returns how many configs were found due (at most one is looked for)."""
     vacuum_queue_tables()
     heads.repair()
+    with transaction.atomic():
+        release_late_held()
     due = len(due_configs(limit=1))
     if due:
         wake()

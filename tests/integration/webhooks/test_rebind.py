@@ -51,7 +51,7 @@ from webhooks.rebind import (
     retire_margin,
 )
 from webhooks.selectors import rebind_stragglers
-from webhooks.services import push_config_create
+from webhooks.services import delivery_sweep, push_config_create
 from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
@@ -554,3 +554,31 @@ def test_tasks_outliving_the_card_raise_one_alert_per_agent(agent, clock):
     agent.card_max_age = 60
     agent.save()
     assert card_age_check() == 0
+
+
+def test_the_sweeper_releases_a_delivery_held_for_a_binding_activated_meanwhile(agent):
+    """On PostgreSQL a transition's outbox write waits for the config row the notice's record
+    holds, then reads the binding as its statement began (not active): its delivery is held
+    for a binding that is active by then. The process test saw it; the sweeper releases it."""
+    task = in_flight(agent, 1)[0]
+    deliver_all()
+    rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    deliver_all()  # the notice: v2 is active
+    push = PushConfig.objects.get()
+    v2 = push.bindings.get(version=2)
+    late = Delivery.objects.create(
+        config=push,
+        binding=v2,
+        task=task,
+        seq=3,
+        kind="status",
+        body="{}",
+        state=DeliveryState.HELD,
+        next_attempt_at=T0,
+    )
+    delivery_sweep()
+    late.refresh_from_db()
+    push.refresh_from_db()
+    assert late.state == DeliveryState.PENDING
+    assert push.head_due_at is not None
+    assert deliver_all() == [(f"{V2}task-0", "status", 3)]

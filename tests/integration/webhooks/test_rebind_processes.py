@@ -30,7 +30,14 @@ from tests.readiness_helpers import mark_workers_live
 from tests.webhook_checks import ALLOWED, start_beat, start_worker
 from tests.webhook_receiver import ReceiverProcess
 from webhooks.errors import RebindConflict
-from webhooks.models import ChannelMove, Delivery, DeliveryState, Rebind, RebindState
+from webhooks.models import (
+    ChannelMove,
+    Delivery,
+    DeliveryState,
+    PushConfig,
+    Rebind,
+    RebindState,
+)
 from webhooks.rebind import RebindRequest, rebind_start
 from webhooks.services import push_config_create
 
@@ -103,14 +110,21 @@ def open_tasks(web, agent, receiver, n: int, prefix: str = "/hooks/v1/") -> list
 
 
 def all_delivered(timeout: float = 60) -> None:
-    wait_until(
-        lambda: (
-            Delivery.objects.exists()
-            and not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
-        ),
-        timeout=timeout,
-        message="every delivery delivered",
-    )
+    try:
+        wait_until(
+            lambda: (
+                Delivery.objects.exists()
+                and not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+            ),
+            timeout=timeout,
+            message="every delivery delivered",
+        )
+    except TimeoutError:
+        left = Delivery.objects.exclude(state=DeliveryState.DELIVERED).values_list(
+            "pk", "config_id", "kind", "seq", "state", "attempts", "last_error"
+        )
+        heads = PushConfig.objects.values_list("pk", "head_due_at")
+        raise AssertionError(f"not delivered: {list(left)}; heads {list(heads)}") from None
 
 
 def run_rebind(*args: str) -> Rebind:
