@@ -159,7 +159,7 @@ def _supersede(query, reason: str, now: datetime) -> int:
 
 def _replace_waiting(waiting: PushBinding | None, new: PushBinding, reason: str, now) -> None:
     """A newer move of the same config replaces one still waiting for its notice: the waiting
-    binding is retired unused, its move reverted, its notice withdrawn if never tried, and
+    binding is retired unused, its move reverted, its notice withdrawn if still open, and
     what was held for it is held for the new binding instead (never sent, so no receiver saw
     it under the waiting version)."""
     if waiting is None:
@@ -171,7 +171,7 @@ def _replace_waiting(waiting: PushBinding | None, new: PushBinding, reason: str,
         move.save(update_fields=["state", "finished_at"])
         if move.notice_id:
             _supersede(
-                Delivery.objects.filter(pk=move.notice_id, state=DeliveryState.PENDING, attempts=0),
+                Delivery.objects.filter(pk=move.notice_id, state__in=OPEN_DELIVERY_STATES),
                 reason,
                 now,
             )

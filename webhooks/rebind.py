@@ -736,7 +736,7 @@ def rebind_extend(pk: object, *, seconds: int, actor: str) -> Rebind:
 def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
     """Stop a rebind. Scheduled: its clocked job is removed. Preparing: the published key is
     withdrawn. Draining: configs already moved stay moved; the others stay on (or return to)
-    their old version: their notices not yet tried are withdrawn, their waiting new binding
+    their old version: their notices still open are withdrawn, their waiting new binding
     retired unused, and what was held for it goes to the old binding instead (never sent).
     A new key that already signs stays active (undoing that is another rotation)."""
     now = timezone.now()
@@ -771,9 +771,7 @@ def _revert_pending(rebind: Rebind, now: datetime) -> None:
     list(PushConfig.objects.select_for_update().filter(pk__in=config_pks).order_by("pk"))
     for move in pending:
         if move.notice_id:
-            Delivery.objects.filter(
-                pk=move.notice_id, state=DeliveryState.PENDING, attempts=0
-            ).update(
+            Delivery.objects.filter(pk=move.notice_id, state__in=OPEN_DELIVERY_STATES).update(
                 state=DeliveryState.SUPERSEDED,
                 last_error=f"rebind {rebind.pk} aborted",
                 finished_at=now,

@@ -31,6 +31,8 @@ from tests.webhook_checks import ALLOWED, start_beat, start_worker
 from tests.webhook_receiver import ReceiverProcess
 from webhooks.errors import RebindConflict
 from webhooks.models import (
+    Alert,
+    AlertKind,
     ChannelMove,
     Delivery,
     DeliveryState,
@@ -109,18 +111,18 @@ def open_tasks(web, agent, receiver, n: int, prefix: str = "/hooks/v1/") -> list
     return tasks
 
 
-def all_delivered(timeout: float = 60) -> None:
+def all_delivered(timeout: float = 60, ended=(DeliveryState.DELIVERED,)) -> None:
+    """Wait until every delivery is delivered (or in another of the `ended` states)."""
     try:
         wait_until(
             lambda: (
-                Delivery.objects.exists()
-                and not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+                Delivery.objects.exists() and not Delivery.objects.exclude(state__in=ended).exists()
             ),
             timeout=timeout,
             message="every delivery delivered",
         )
     except TimeoutError:
-        left = Delivery.objects.exclude(state=DeliveryState.DELIVERED).values_list(
+        left = Delivery.objects.exclude(state__in=ended).values_list(
             "pk", "config_id", "kind", "seq", "state", "attempts", "last_error"
         )
         heads = PushConfig.objects.values_list("pk", "head_due_at")
@@ -368,3 +370,70 @@ def test_two_rebinds_racing_for_the_same_scope_open_one(agent, public_dns):
         thread.join()
     assert sorted(outcomes) == ["opened", "refused"]
     assert Rebind.objects.count() == 1
+
+
+def test_a_deadline_reached_with_a_task_in_input_required_cuts_over_by_beat(
+    web, procs, tmp_path, agent
+):
+    """finish-on-old keeps the INPUT_REQUIRED task on v1; nobody answers it, so beat's
+    monitor alerts and, at the 4 s deadline, cuts it over: orphaned, with a final notice."""
+    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    [task] = open_tasks(web, agent, receiver, 1)
+    services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
+    all_delivered()
+    rebind = run_rebind(
+        "start",
+        agent.slug,
+        "--move-prefix",
+        f"{receiver.origin}/hooks/v1/",
+        f"{receiver.origin}/hooks/v2/",
+        "--finish-on-old",
+        "--deadline",
+        "4s",
+        "--on-timeout",
+        "cutover",
+    )
+    rebind = wait_state(rebind, RebindState.CUT_OVER, timeout=30)
+    all_delivered()
+    alert = Alert.objects.get(kind=AlertKind.REBIND_DEADLINE, rebind=rebind)
+    assert "100% of its deadline" in alert.message
+    mine = by_task(receiver.records())[str(task.pk)]
+    assert notice_of(mine[-1])["notice"] == "channel-orphaned"
+    assert mine[-1].path == "/hooks/v1/task-0"
+    got = httpx.get(
+        f"{web.url}/{agent.slug}/tasks/{task.pk}", headers={"A2A-Version": "1.0"}, timeout=10
+    )
+    assert got.json()["metadata"][URI]["orphaned"] is True
+
+
+def test_an_aborted_drain_returns_unmoved_tasks_to_the_old_channel(
+    web, procs, tmp_path, agent, receivers
+):
+    """The receiver refuses (503) while the drain starts, so no notice gets through; the
+    operator aborts: the notices are withdrawn and the tasks' later events go to v1."""
+    down = receivers.start(status=503)
+    start_worker(procs)
+    start_beat(procs)
+    mark_workers_live()
+    tasks = open_tasks(web, agent, down, 2)
+    rebind = run_rebind(
+        "start", agent.slug, "--move-prefix", f"{down.origin}/hooks/v1/", f"{down.origin}/hooks/v2/"
+    )
+    out = io.StringIO()
+    call_command("rebind", "abort", str(rebind.pk), "--reason", "wrong prefix", stdout=out)
+    assert "aborted" in out.getvalue()
+    down.behave(status=200)
+    for task in tasks:
+        services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+    all_delivered(timeout=90, ended=(DeliveryState.DELIVERED, DeliveryState.SUPERSEDED))
+    withdrawn = Delivery.objects.filter(state=DeliveryState.SUPERSEDED)
+    assert sorted(withdrawn.values_list("kind", flat=True)) == ["notice", "notice"]
+    assert {d.last_error for d in withdrawn} == {f"rebind {rebind.pk} aborted"}
+    paths = {r.path for r in down.records()}
+    assert paths == {"/hooks/v1/task-0", "/hooks/v1/task-1"}
+    kinds = {r.header("x-a2a-event-kind") for r in down.records() if r.answer["status"] == 200}
+    assert "notice" not in kinds
+    assert Rebind.objects.get(pk=rebind.pk).counts["reverted"] == 2
