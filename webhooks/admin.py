@@ -1,5 +1,6 @@
 """Operator views of webhook delivery: deliveries with their attempt timeline, replay,
-endpoints (pause/resume), push configs with their binding versions, and alerts."""
+endpoints (pause/resume), push configs with their binding versions, alerts, and rebinds with
+their moves (advance, cut over, abort; starting one is `manage.py rebind`, docs/rebinds.md)."""
 
 import uuid
 
@@ -7,16 +8,21 @@ from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.utils.html import format_html
 
+from webhooks import rebind as rebinds
 from webhooks import services
+from webhooks.errors import WebhookError
 from webhooks.models import (
     Alert,
+    ChannelMove,
     Delivery,
     DeliveryAttempt,
     Endpoint,
     OperatorAction,
     PushBinding,
     PushConfig,
+    Rebind,
 )
+from webhooks.rebind_machine import IllegalRebindTransition
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -177,7 +183,15 @@ class EndpointAdmin(ReadOnlyAdmin):
 
 class BindingInline(ReadOnlyInline):
     model = PushBinding
-    fields = ("version", "url", "auth_scheme", "endpoint", "created_at", "retired_at")
+    fields = (
+        "version",
+        "url",
+        "auth_scheme",
+        "endpoint",
+        "created_at",
+        "activated_at",
+        "retired_at",
+    )
 
 
 @admin.register(PushConfig)
@@ -205,3 +219,80 @@ class AlertAdmin(ReadOnlyAdmin):
 class OperatorActionAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "actor", "action", "target")
     list_filter = ("action",)
+
+
+class MoveInline(ReadOnlyInline):
+    model = ChannelMove
+    fields = ("task", "config", "state", "old_binding", "new_binding", "notice", "from_seq")
+    raw_id_fields = ("task", "config", "old_binding", "new_binding", "notice")
+    show_change_link = False
+    max_num = 0
+
+
+@admin.register(Rebind)
+class RebindAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "agent",
+        "state",
+        "policy",
+        "scope",
+        "on_old",
+        "moved",
+        "orphaned",
+        "deadline",
+        "actor",
+        "created_at",
+    )
+    list_filter = ("state", "policy", "agent")
+    list_select_related = ("agent",)
+    readonly_fields = [f.name for f in Rebind._meta.fields]
+    exclude = ("new_token_encrypted", "new_credentials_encrypted")
+    inlines = [MoveInline]
+    actions = ["advance", "cut_over", "abort"]
+
+    @admin.display(description="scope")
+    def scope(self, obj: Rebind) -> str:
+        parts = ["rotate key"] if obj.rotate_key else []
+        if obj.move_from:
+            parts.append(f"{obj.move_from} → {obj.move_to}")
+        if obj.config_id:
+            parts.append(f"config {obj.config_id}")
+        return ", ".join(parts)
+
+    @admin.display(description="on old version")
+    def on_old(self, obj: Rebind) -> int:
+        return (obj.counts or {}).get("onOldVersionTotal", 0)
+
+    @admin.display(description="moved")
+    def moved(self, obj: Rebind) -> int:
+        return (obj.counts or {}).get("moved", 0)
+
+    @admin.display(description="orphaned")
+    def orphaned(self, obj: Rebind) -> int:
+        return (obj.counts or {}).get("orphaned", 0)
+
+    def _each(self, request, queryset, step, done: str) -> None:
+        for rebind in queryset:
+            try:
+                step(rebind)
+            except (WebhookError, IllegalRebindTransition) as exc:
+                self.message_user(request, f"rebind {rebind.pk}: {exc}", level="error")
+            else:
+                self.message_user(request, f"rebind {rebind.pk}: {done}")
+
+    @admin.action(description="Advance now (what the monitor does)", permissions=["operate"])
+    def advance(self, request, queryset):
+        self._each(request, queryset, lambda r: rebinds.rebind_advance(r.pk), "advanced")
+
+    @admin.action(description="Cut over (orphan what is left)", permissions=["operate"])
+    def cut_over(self, request, queryset):
+        actor = request.user.get_username()
+        self._each(
+            request, queryset, lambda r: rebinds.rebind_cutover(r.pk, actor=actor), "cut over"
+        )
+
+    @admin.action(description="Abort", permissions=["operate"])
+    def abort(self, request, queryset):
+        actor = request.user.get_username()
+        self._each(request, queryset, lambda r: rebinds.rebind_abort(r.pk, actor=actor), "aborted")

@@ -582,3 +582,31 @@ def test_the_sweeper_releases_a_delivery_held_for_a_binding_activated_meanwhile(
     assert late.state == DeliveryState.PENDING
     assert push.head_due_at is not None
     assert deliver_all() == [(f"{V2}task-0", "status", 3)]
+
+
+def test_the_admin_lists_rebinds_shows_their_moves_and_aborts_one(agent, admin_client):
+    in_flight(agent, 2)
+    rebind = rebind_start(
+        RebindRequest(agent=agent, move_from=V1, move_to=V2, reason="hooks v2"), actor="ops"
+    )
+    listing = admin_client.get("/admin/webhooks/rebind/")
+    assert listing.status_code == 200
+    assert str(rebind.pk) in listing.content.decode()
+    page = admin_client.get(f"/admin/webhooks/rebind/{rebind.pk}/change/")
+    assert page.status_code == 200
+    assert "notice_pending" in page.content.decode() or "notice pending" in page.content.decode()
+    answer = admin_client.post(
+        "/admin/webhooks/rebind/",
+        {"action": "abort", "_selected_action": [str(rebind.pk)]},
+        follow=True,
+    )
+    assert answer.status_code == 200
+    rebind.refresh_from_db()
+    assert rebind.state == RebindState.ABORTED
+    assert OperatorAction.objects.filter(action="rebind_abort", actor="admin").exists()
+    again = admin_client.post(
+        "/admin/webhooks/rebind/",
+        {"action": "abort", "_selected_action": [str(rebind.pk)]},
+        follow=True,
+    )
+    assert "cannot abort a rebind that is aborted" in again.content.decode()
