@@ -10,7 +10,8 @@ CELERY_BROKER_URL=redis://127.0.0.1:6379/12 and A2A_WEBHOOK_ALLOWED_NETWORKS=127
 - a fresh PostgreSQL database (common.fresh_database, migrated);
 - the sink of the delivery bench (bench/sink.py: uvloop + httptools, answers 200);
 - Celery workers consuming `webhooks` (`-P threads -c 16` by default), started once and kept
-  for every drain round; no beat and no sweeper (the bench itself advances the rebind).
+  for every drain round; no beat (the bench itself advances the rebind, and runs the
+  delivery sweep every A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS, as beat would).
 
 1. Drain, --rounds times, each on fresh data: a new external-executor agent, --tasks tasks
    (task_create, push_config_create at http://127.0.0.1:<sink>/hooks/v1/task-<i>,
@@ -344,7 +345,9 @@ def deliver_setup(db: str, agent_pk: int, stall: float) -> tuple[int, float]:
     from webhooks.models import Delivery
 
     last, last_change = -1, time.monotonic()
+    sweeper = Sweeper()
     while (left := open_count(db, agent_pk)) > 0:
+        sweeper.maybe()
         if left != last:
             last, last_change = left, time.monotonic()
         elif time.monotonic() - last_change > stall:
@@ -355,6 +358,25 @@ def deliver_setup(db: str, agent_pk: int, stall: float) -> tuple[int, float]:
     )
     n = Delivery.objects.filter(task__agent_id=agent_pk, state="delivered").count()
     return n, (span["x"] - span["n"]).total_seconds()
+
+
+class Sweeper:
+    """What beat's delivery sweeper does (a lease that expired, a lost wake), run from the
+    bench process every A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS: without it a retried head whose
+    wake was lost stalls (no beat runs here, so the rebind monitor stays out of the figures)."""
+
+    def __init__(self) -> None:
+        from django.conf import settings
+
+        self.every = settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
+        self.next = time.monotonic() + self.every
+
+    def maybe(self) -> None:
+        from webhooks.services import delivery_sweep
+
+        if time.monotonic() >= self.next:
+            delivery_sweep()
+            self.next = time.monotonic() + self.every
 
 
 # --- 1. drain --------------------------------------------------------------------------------
@@ -493,8 +515,10 @@ def drain_round(n: int, ctx: dict) -> Drain:
     plan_s = time.perf_counter() - t0
     planned = rebind.state == RebindState.DRAINING and rebind.moves_planned
     advances = 0
+    sweeper = Sweeper()
     while rebind.state == RebindState.DRAINING and time.perf_counter() - t0 < args.timeout:
         time.sleep(args.poll)
+        sweeper.maybe()
         rebind = rebind_advance(rebind.pk)
         advances += 1
     complete_s = time.perf_counter() - t0
@@ -782,7 +806,8 @@ def header(args, db: str, sink: Sink, capacity: dict | None) -> None:
         f"{settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS:g} s, endpoint max in flight "
         f"{settings.A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT} (every task posts to the one sink "
         "origin), cap wait "
-        f"{settings.A2A_WEBHOOK_CAP_WAIT_SECONDS:g} s; no beat, no sweeper"
+        f"{settings.A2A_WEBHOOK_CAP_WAIT_SECONDS:g} s; no beat (the bench sweeps every "
+        f"{settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS} s)"
     )
     print(
         f"# rebind: A2A_REBIND_BATCH={settings.A2A_REBIND_BATCH} configs per planning "
