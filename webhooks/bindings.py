@@ -18,7 +18,7 @@ from a2a_platform.lib.crypto import encrypt
 from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.models import Task
-from webhooks.models import CONFIG_ID, Endpoint, PushBinding, PushConfig
+from webhooks.models import CONFIG_ID, Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
 from webhooks.ssrf import UnsafeDestination, check_url
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
@@ -83,46 +83,59 @@ def snapshot_body(task: Task) -> str:
     return body_bytes({"task": wire.task_json(task, artifacts=artifacts)})
 
 
+def binding_fields(
+    *, url: str, token: str, auth_scheme: str, credentials: str, issuer: str
+) -> dict[str, Any]:
+    """A binding version's fields from a client's config (secrets encrypted)."""
+    return {
+        "url": url,
+        "token_encrypted": encrypt(token) if token else "",
+        "auth_scheme": auth_scheme,
+        "credentials_encrypted": encrypt(credentials) if credentials else "",
+        "issuer": issuer[:2048],
+    }
+
+
+def copied_fields(binding: PushBinding, *, url: str) -> dict[str, Any]:
+    """`binding`'s fields (its encrypted credentials as they are) at `url`."""
+    return {
+        "url": url,
+        "token_encrypted": binding.token_encrypted,
+        "auth_scheme": binding.auth_scheme,
+        "credentials_encrypted": binding.credentials_encrypted,
+        "issuer": binding.issuer,
+    }
+
+
 def binding_create(
-    *,
-    config: PushConfig,
-    url: str,
-    token: str,
-    auth_scheme: str,
-    credentials: str,
-    issuer: str,
-    activated_at: datetime | None,
+    *, config: PushConfig, activated_at: datetime | None, **fields: Any
 ) -> PushBinding:
-    """Version `config.current_version` of the config (the caller bumped it), on the endpoint
-    row of the URL's origin. `activated_at` None: it takes deliveries only once a rebind
-    activates it (what it is owed meanwhile is held)."""
-    endpoint, _ = Endpoint.objects.get_or_create(origin=normalize_origin(url))
+    """Version `config.current_version` of the config (the caller bumped it) with `fields`
+    (`binding_fields`, `copied_fields`), on the endpoint row of the URL's origin.
+    `activated_at` None: it takes deliveries only once a rebind activates it (what it is owed
+    meanwhile is held)."""
+    endpoint, _ = Endpoint.objects.get_or_create(origin=normalize_origin(fields["url"]))
     return PushBinding.objects.create(
         config=config,
         version=config.current_version,
-        url=url,
         endpoint=endpoint,
-        token_encrypted=encrypt(token) if token else "",
-        auth_scheme=auth_scheme,
-        credentials_encrypted=encrypt(credentials) if credentials else "",
-        issuer=issuer[:2048],
         activated_at=activated_at,
+        **fields,
     )
 
 
-def binding_copy(
-    binding: PushBinding, config: PushConfig, *, url: str, activated_at: datetime | None
-) -> PushBinding:
-    """The next version of `binding` at `url` with the same (encrypted) credentials."""
-    endpoint, _ = Endpoint.objects.get_or_create(origin=normalize_origin(url))
-    return PushBinding.objects.create(
+def snapshot_delivery(
+    *, config: PushConfig, binding: PushBinding, task: Task, now: datetime, held: bool = False
+) -> Delivery:
+    """A snapshot delivery (the task as it is now, at its current seq) owed to `binding`;
+    `held` while the binding waits for a rebind's notice."""
+    return Delivery.objects.create(
         config=config,
-        version=config.current_version,
-        url=url,
-        endpoint=endpoint,
-        token_encrypted=binding.token_encrypted,
-        auth_scheme=binding.auth_scheme,
-        credentials_encrypted=binding.credentials_encrypted,
-        issuer=binding.issuer,
-        activated_at=activated_at,
+        binding=binding,
+        task=task,
+        seq=task.last_seq,
+        kind="snapshot",
+        body=snapshot_body(task),
+        next_attempt_at=now,
+        state=DeliveryState.HELD if held else DeliveryState.PENDING,
     )

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.db.models import F
 from django.utils import timezone
 
 from agents.card_render import PUSH_CHANNEL_URI
@@ -21,12 +22,13 @@ from tasks import wire
 from tasks.models import Task
 from tasks.services import task_extension_metadata_set
 from webhooks import heads
-from webhooks.bindings import body_bytes, normalize_origin, snapshot_body
+from webhooks.bindings import binding_create, body_bytes, normalize_origin, snapshot_delivery
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
     ChannelMove,
     Delivery,
     DeliveryState,
+    Endpoint,
     MoveState,
     PushBinding,
     PushConfig,
@@ -190,80 +192,126 @@ def _notice(task, config, old, body: str, now) -> Delivery:
     )
 
 
-def move_config(
+def move_configs(
     *,
     rebind_pk: object,
-    task: Task,
-    config: PushConfig,
-    make_binding: Callable[[PushBinding], PushBinding],
+    items: list[tuple[Task, PushConfig]],
+    new_fields: Callable[[PushBinding], dict[str, Any]],
     channels: Channels,
     now: datetime,
     snapshot: bool = False,
     orphan: bool = False,
-) -> ChannelMove | None:
-    """Move one config to a new binding version (made by `make_binding(old)` after the
-    version was bumped, not active) and announce it on the old binding: a channel-changed
+) -> list[ChannelMove]:
+    """Move each (task, config) to a new binding version (`new_fields(old)`: its fields, see
+    webhooks/bindings.py; not active) and announce it on the old binding: a channel-changed
     notice (drain: the move completes when it is delivered, `notices_delivered`), or with
     `orphan` a channel-orphaned final notice, the old binding's open deliveries superseded and
     the task marked orphaned (cutover: the new binding waits for an operator's re-bind).
-    `snapshot`: a held snapshot opens the new channel (a client's re-registration). None when
-    the config has no binding that ever took deliveries."""
-    old, waiting = _current_bindings(config)
-    if old is None:
-        return None
-    if old.retired_at is None:
-        old.retired_at = now
-        old.save(update_fields=["retired_at"])
-    config.current_version += 1
-    config.save(update_fields=["current_version"])
-    new = make_binding(old)
-    _replace_waiting(waiting, new, f"replaced by rebind {rebind_pk}", now)
-    from_seq = task.last_seq + 1
-    if snapshot:
-        Delivery.objects.create(
-            config=config,
-            binding=new,
-            task=task,
-            seq=task.last_seq,
-            kind="snapshot",
-            body=snapshot_body(task),
-            next_attempt_at=now,
-            state=DeliveryState.HELD,
+    `snapshot`: a held snapshot opens the new channel (a client's re-registration).
+
+    Set-based (a batch is a few statements, whatever its size), inside the caller's
+    transaction with the tasks and configs locked. A config with no binding that ever took
+    deliveries is skipped."""
+    old_of: dict[int, PushBinding] = {}
+    waiting_of: dict[int, PushBinding] = {}
+    for binding in PushBinding.objects.filter(config_id__in=[c.pk for _, c in items]).order_by(
+        "config_id", "version"
+    ):
+        if binding.activated_at is not None:
+            old_of[binding.config_id] = binding  # the newest that took deliveries
+        elif binding.retired_at is None:
+            waiting_of[binding.config_id] = binding
+    items = [(task, config) for task, config in items if config.pk in old_of]
+    if not items:
+        return []
+    config_pks = [config.pk for _, config in items]
+    PushBinding.objects.filter(
+        pk__in=[old_of[pk].pk for pk in config_pks], retired_at__isnull=True
+    ).update(retired_at=now)
+    PushConfig.objects.filter(pk__in=config_pks).update(current_version=F("current_version") + 1)
+    endpoints: dict[str, Endpoint] = {}
+    rows = []
+    for _, config in items:
+        config.current_version += 1
+        fields = new_fields(old_of[config.pk])
+        origin = normalize_origin(fields["url"])
+        if origin not in endpoints:
+            endpoints[origin], _ = Endpoint.objects.get_or_create(origin=origin)
+        rows.append(
+            PushBinding(
+                config=config,
+                version=config.current_version,
+                endpoint=endpoints[origin],
+                activated_at=None,
+                **fields,
+            )
         )
-        from_seq = task.last_seq
+    new_of = {binding.config_id: binding for binding in PushBinding.objects.bulk_create(rows)}
+    for pk, waiting in waiting_of.items():
+        if pk in new_of:
+            _replace_waiting(waiting, new_of[pk], f"replaced by rebind {rebind_pk}", now)
+    if snapshot:
+        for task, config in items:
+            snapshot_delivery(
+                config=config, binding=new_of[config.pk], task=task, now=now, held=True
+            )
     if orphan:
         _supersede(
-            Delivery.objects.filter(binding=old, state__in=OPEN_DELIVERY_STATES),
+            Delivery.objects.filter(
+                binding_id__in=[old_of[pk].pk for pk in config_pks],
+                state__in=OPEN_DELIVERY_STATES,
+            ),
             f"rebind {rebind_pk} cut over",
             now,
         )
     kind = CHANNEL_ORPHANED if orphan else CHANNEL_CHANGED
-    body = notice_body(
-        task, kind=kind, channels=channels, config=config, old=old, new=new, from_seq=from_seq
+    from_seq = {task.pk: task.last_seq if snapshot else task.last_seq + 1 for task, _ in items}
+    notices = Delivery.objects.bulk_create(
+        Delivery(
+            config=config,
+            binding=old_of[config.pk],
+            task=task,
+            seq=task.last_seq,
+            kind="notice",
+            body=notice_body(
+                task,
+                kind=kind,
+                channels=channels,
+                config=config,
+                old=old_of[config.pk],
+                new=new_of[config.pk],
+                from_seq=from_seq[task.pk],
+            ),
+            next_attempt_at=now,
+        )
+        for task, config in items
     )
-    notice = _notice(task, config, old, body, now)
-    heads.refresh([config.pk])
-    move = ChannelMove.objects.create(
-        rebind_id=rebind_pk,
-        config=config,
-        task=task,
-        old_binding=old,
-        new_binding=new,
-        notice=notice,
-        state=MoveState.ORPHANED if orphan else MoveState.NOTICE_PENDING,
-        from_seq=from_seq,
-        finished_at=now if orphan else None,
+    heads.refresh(config_pks)
+    moves = ChannelMove.objects.bulk_create(
+        ChannelMove(
+            rebind_id=rebind_pk,
+            config=config,
+            task=task,
+            old_binding=old_of[config.pk],
+            new_binding=new_of[config.pk],
+            notice=notice,
+            state=MoveState.ORPHANED if orphan else MoveState.NOTICE_PENDING,
+            from_seq=from_seq[task.pk],
+            finished_at=now if orphan else None,
+        )
+        for (task, config), notice in zip(items, notices, strict=True)
     )
     if orphan:
-        mark_orphaned(task, config, old, rebind_pk, now)
-    return move
+        for task, config in items:
+            mark_orphaned(task, config, old_of[config.pk], rebind_pk, now)
+    return moves
 
 
 def orphan_move(
     move: ChannelMove,
     *,
     task: Task,
-    make_binding: Callable[[PushBinding], PushBinding],
+    new_fields: Callable[[PushBinding], dict[str, Any]],
     channels: Channels,
     now: datetime,
 ) -> None:
@@ -283,7 +331,7 @@ def orphan_move(
         move.old_binding.save(update_fields=["retired_at"])
         config.current_version += 1
         config.save(update_fields=["current_version"])
-        new = make_binding(move.old_binding)
+        new = binding_create(config=config, activated_at=None, **new_fields(move.old_binding))
     body = notice_body(
         task,
         kind=CHANNEL_ORPHANED,
@@ -333,15 +381,7 @@ def rebind_orphan(move: ChannelMove, *, task: Task, now: datetime) -> None:
     )
     new.activated_at = now
     new.save(update_fields=["activated_at"])
-    Delivery.objects.create(
-        config=move.config,
-        binding=new,
-        task=task,
-        seq=task.last_seq,
-        kind="snapshot",
-        body=snapshot_body(task),
-        next_attempt_at=now,
-    )
+    snapshot_delivery(config=move.config, binding=new, task=task, now=now)
     heads.refresh([move.config_id])
     move.state, move.finished_at = MoveState.REBOUND, now
     move.save(update_fields=["state", "finished_at"])

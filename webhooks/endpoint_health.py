@@ -48,11 +48,14 @@ def within_endpoint_caps(heads: list[Head]) -> list[Head]:
     return chosen
 
 
-def alert_raise(kind: str, endpoint: Endpoint, message: str) -> None:
-    """Open an alert of this kind for the endpoint, or count one more on the open one."""
-    alert = Alert.objects.filter(kind=kind, endpoint=endpoint, resolved_at__isnull=True).first()
+def alert_raise(kind: str, endpoint: Endpoint | None, message: str, *, rebind=None) -> None:
+    """Open an alert of this kind for the endpoint (or the rebind), or count one more on the
+    open one."""
+    alert = Alert.objects.filter(
+        kind=kind, endpoint=endpoint, rebind=rebind, resolved_at__isnull=True
+    ).first()
     if alert is None:
-        Alert.objects.create(kind=kind, endpoint=endpoint, message=message[:500])
+        Alert.objects.create(kind=kind, endpoint=endpoint, rebind=rebind, message=message[:500])
     else:
         Alert.objects.filter(pk=alert.pk).update(
             count=F("count") + 1, message=message[:500], last_seen_at=timezone.now()

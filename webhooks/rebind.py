@@ -31,7 +31,6 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from a2a_platform.lib import crypto
 from agents.models import (
     Agent,
     OnDrainTimeout,
@@ -48,8 +47,9 @@ from agents.signing import (
 from tasks.models import Task
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks import channel_moves, heads, rebind_machine
-from webhooks.bindings import binding_copy, binding_create, normalize_origin
+from webhooks.bindings import copied_fields, normalize_origin
 from webhooks.channel_moves import Channels
+from webhooks.endpoint_health import alert_raise
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
@@ -126,25 +126,21 @@ def _moving_url(rebind: Rebind, url: str) -> str:
     return url
 
 
-def _make_binding(rebind: Rebind, config: PushConfig):
-    def make(old: PushBinding) -> PushBinding:
-        if rebind.config_id and (rebind.new_token_encrypted or rebind.new_auth_scheme):
-            return binding_create(
-                config=config,
-                url=_moving_url(rebind, old.url),
-                token=crypto.decrypt(rebind.new_token_encrypted)
-                if rebind.new_token_encrypted
-                else "",
-                auth_scheme=rebind.new_auth_scheme,
-                credentials=crypto.decrypt(rebind.new_credentials_encrypted)
-                if rebind.new_credentials_encrypted
-                else "",
-                issuer=old.issuer,
-                activated_at=None,
-            )
-        return binding_copy(old, config, url=_moving_url(rebind, old.url), activated_at=None)
+def _new_fields(rebind: Rebind):
+    """Where and how each config goes in this rebind: `new_fields(old binding)`."""
 
-    return make
+    def fields(old: PushBinding) -> dict[str, Any]:
+        url = _moving_url(rebind, old.url)
+        if rebind.config_id and (rebind.new_token_encrypted or rebind.new_auth_scheme):
+            return {
+                **copied_fields(old, url=url),
+                "token_encrypted": rebind.new_token_encrypted,
+                "auth_scheme": rebind.new_auth_scheme,
+                "credentials_encrypted": rebind.new_credentials_encrypted,
+            }
+        return copied_fields(old, url=url)
+
+    return fields
 
 
 def _channels(rebind: Rebind) -> Channels:
@@ -398,7 +394,9 @@ def client_rebind_applies(task: Task, config: PushConfig) -> bool:
     )
 
 
-def client_rebind(*, task: Task, config: PushConfig, make_binding, now: datetime) -> PushBinding:
+def client_rebind(
+    *, task: Task, config: PushConfig, fields: dict[str, Any], now: datetime
+) -> PushBinding:
     """The client re-registered `config` (same id): a one-config drain under the agent's
     policy, inside the registration's transaction (task and config locked). The new version
     opens with a held snapshot; a channel-changed notice goes out on the old one first."""
@@ -419,11 +417,10 @@ def client_rebind(*, task: Task, config: PushConfig, make_binding, now: datetime
         moves_planned=True,
     )
     keys = [k.kid for k in live_signing_keys(agent) if k.state == SigningKeyState.ACTIVE]
-    move = channel_moves.move_config(
+    [move] = channel_moves.move_configs(
         rebind_pk=rebind.pk,
-        task=task,
-        config=config,
-        make_binding=make_binding,
+        items=[(task, config)],
+        new_fields=lambda old: fields,
         channels=Channels(rebind.pk, rebind.policy, keys, keys),
         now=now,
         snapshot=True,
@@ -536,38 +533,42 @@ def _plan_batch(pk: object) -> bool:
             .filter(pk__in=[pk for pk, _ in candidates])
             .order_by("pk")
         }
-        channels = _channels(rebind)
-        orphan = rebind.state == RebindState.CUT_OVER
+        moving, staying = [], []
         for config_pk, task_pk in candidates:
             task, config = tasks[task_pk], configs[config_pk]
             if task.task_state in TERMINAL_STATES or config.deleted_at is not None:
-                ChannelMove.objects.create(
+                staying.append((task, config, MoveState.FINISHED_ON_OLD))
+            elif rebind.finish_on_old:
+                staying.append((task, config, MoveState.FINISHING_ON_OLD))
+            else:
+                moving.append((task, config))
+        if staying:
+            current = {
+                b.config_id: b
+                for b in PushBinding.objects.filter(
+                    config_id__in=[c.pk for _, c, _ in staying],
+                    version=F("config__current_version"),
+                )
+            }
+            ChannelMove.objects.bulk_create(
+                ChannelMove(
                     rebind=rebind,
                     config=config,
                     task=task,
-                    old_binding=config.bindings.get(version=config.current_version),
-                    state=MoveState.FINISHED_ON_OLD,
-                    finished_at=now,
+                    old_binding=current[config.pk],
+                    state=state,
+                    finished_at=now if state == MoveState.FINISHED_ON_OLD else None,
                 )
-                continue
-            if rebind.finish_on_old:
-                ChannelMove.objects.create(
-                    rebind=rebind,
-                    config=config,
-                    task=task,
-                    old_binding=config.bindings.get(version=config.current_version),
-                    state=MoveState.FINISHING_ON_OLD,
-                )
-                continue
-            channel_moves.move_config(
-                rebind_pk=rebind.pk,
-                task=task,
-                config=config,
-                make_binding=_make_binding(rebind, config),
-                channels=channels,
-                now=now,
-                orphan=orphan,
+                for task, config, state in staying
             )
+        channel_moves.move_configs(
+            rebind_pk=rebind.pk,
+            items=moving,
+            new_fields=_new_fields(rebind),
+            channels=_channels(rebind),
+            now=now,
+            orphan=rebind.state == RebindState.CUT_OVER,
+        )
         wake_on_commit()
     return False
 
@@ -621,35 +622,26 @@ def _drain_step(pk: object) -> None:
         if threshold:
             rebind.alerted_percent = threshold
             rebind.save(update_fields=["alerted_percent"])
-            _alert(
-                rebind,
+            alert_raise(
                 AlertKind.REBIND_DEADLINE,
+                None,
                 f"rebind {rebind.pk} of {rebind.agent.slug}: {threshold}% of its deadline used, "
                 f"{remaining} task(s) still on the old channel",
+                rebind=rebind,
             )
         if now < rebind.deadline:
             return
         if rebind.on_timeout == OnDrainTimeout.EXTEND and rebind.extended_at is None:
             _extend(rebind, rebind.deadline_seconds, MONITOR_ACTOR, now)
-            _alert(
-                rebind,
+            alert_raise(
                 AlertKind.REBIND_DEADLINE,
+                None,
                 f"rebind {rebind.pk} of {rebind.agent.slug}: deadline reached with {remaining} "
                 f"task(s) on the old channel; extended once, to {rebind.deadline:%Y-%m-%d %H:%M}",
+                rebind=rebind,
             )
             return
         _cut_over(rebind, MONITOR_ACTOR, now, why="deadline reached")
-
-
-def _alert(rebind: Rebind, kind: str, message: str) -> None:
-    """Open this rebind's alert of `kind`, or update the open one (shown with the others)."""
-    alert = Alert.objects.filter(kind=kind, rebind=rebind, resolved_at__isnull=True).first()
-    if alert is None:
-        Alert.objects.create(kind=kind, rebind=rebind, message=message[:500])
-    else:
-        Alert.objects.filter(pk=alert.pk).update(
-            count=F("count") + 1, message=message[:500], last_seen_at=timezone.now()
-        )
 
 
 def retire_margin() -> float:
@@ -671,22 +663,34 @@ def _extend(rebind: Rebind, seconds: int, actor: str, now: datetime) -> None:
     _touch_agent(rebind.agent_id)
 
 
+def _locked_moves(moves) -> list[ChannelMove]:
+    """The moves with their tasks, then their configs, locked in id order (as a
+    registration and the lifecycle lock them) and attached fresh as the locks read them."""
+    rows = list(moves)
+    tasks = {
+        t.pk: t
+        for t in Task.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .filter(pk__in=sorted({m.task_id for m in rows}))
+        .order_by("pk")
+    }
+    configs = {
+        c.pk: c
+        for c in PushConfig.objects.select_for_update()
+        .filter(pk__in=sorted({m.config_id for m in rows}))
+        .order_by("pk")
+    }
+    for move in rows:
+        move.task, move.config = tasks[move.task_id], configs[move.config_id]
+    return rows
+
+
 def _cut_over(rebind: Rebind, actor: str, now: datetime, *, why: str) -> int:
     """Orphan every move still on the old version (task and config rows locked in id order);
     the rebind is cut over. Returns how many were orphaned."""
     rebind.state = rebind_machine.check("cut_over", rebind.state)
-    left = list(_on_old(rebind).select_related("config", "old_binding", "new_binding"))
-    tasks = {
-        t.pk: t
-        for t in Task.objects.select_for_update(of=("self",))
-        .filter(pk__in=sorted({m.task_id for m in left}))
-        .order_by("pk")
-    }
-    list(
-        PushConfig.objects.select_for_update()
-        .filter(pk__in=sorted({m.config_id for m in left}))
-        .order_by("pk")
-    )
+    left = _locked_moves(_on_old(rebind).select_related("old_binding", "new_binding"))
+    tasks = {m.task_id: m.task for m in left}
     channels = _channels(rebind)
     for move in left:
         if tasks[move.task_id].task_state in TERMINAL_STATES and move.notice_id is None:
@@ -694,7 +698,7 @@ def _cut_over(rebind: Rebind, actor: str, now: datetime, *, why: str) -> int:
         channel_moves.orphan_move(
             move,
             task=tasks[move.task_id],
-            make_binding=_make_binding(rebind, move.config),
+            new_fields=_new_fields(rebind),
             channels=Channels(**{**channels.__dict__, "policy": PushChannelPolicy.CUTOVER}),
             now=now,
         )
@@ -762,13 +766,12 @@ def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
 
 
 def _revert_pending(rebind: Rebind, now: datetime) -> None:
-    pending = list(
+    pending = _locked_moves(
         ChannelMove.objects.filter(rebind=rebind, state=MoveState.NOTICE_PENDING).select_related(
             "old_binding", "new_binding"
         )
     )
     config_pks = sorted({m.config_id for m in pending})
-    list(PushConfig.objects.select_for_update().filter(pk__in=config_pks).order_by("pk"))
     for move in pending:
         if move.notice_id:
             Delivery.objects.filter(pk=move.notice_id, state__in=OPEN_DELIVERY_STATES).update(
@@ -795,24 +798,13 @@ def rebind_orphans(pk: object, *, actor: str) -> int:
         rebind = _lock(pk)
         if rebind.state != RebindState.CUT_OVER:
             raise rebind_machine.IllegalRebindTransition("rebind_orphans", rebind.state)
-        moves = list(
+        moves = _locked_moves(
             ChannelMove.objects.filter(rebind=rebind, state=MoveState.ORPHANED).select_related(
-                "config", "new_binding"
+                "new_binding"
             )
         )
-        tasks = {
-            t.pk: t
-            for t in Task.objects.select_for_update(of=("self",))
-            .filter(pk__in=sorted({m.task_id for m in moves}))
-            .order_by("pk")
-        }
-        list(
-            PushConfig.objects.select_for_update()
-            .filter(pk__in=sorted({m.config_id for m in moves}))
-            .order_by("pk")
-        )
         for move in moves:
-            channel_moves.rebind_orphan(move, task=tasks[move.task_id], now=now)
+            channel_moves.rebind_orphan(move, task=move.task, now=now)
         _record(rebind, actor, "rebind_orphans", count=len(moves))
         wake_on_commit()
     return len(moves)

@@ -33,9 +33,10 @@ from webhooks import heads
 from webhooks.bindings import (
     CheckedConfig,
     binding_create,
+    binding_fields,
     body_bytes,
     push_config_check,
-    snapshot_body,
+    snapshot_delivery,
 )
 from webhooks.channel_moves import release_late_held
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
@@ -100,16 +101,13 @@ def push_config_create(
     now = timezone.now()
     auth = cfg.authentication if cfg.HasField("authentication") else None
 
-    def make_binding(_old: PushBinding | None = None, *, active: bool) -> PushBinding:
-        return binding_create(
-            config=push,
-            url=cfg.url,
-            token=cfg.token,
-            auth_scheme=auth.scheme if auth else "",
-            credentials=auth.credentials if auth else "",
-            issuer=issuer,
-            activated_at=now if active else None,
-        )
+    fields = binding_fields(
+        url=cfg.url,
+        token=cfg.token,
+        auth_scheme=auth.scheme if auth else "",
+        credentials=auth.credentials if auth else "",
+        issuer=issuer,
+    )
 
     with transaction.atomic():
         task = lock_task(task.pk)
@@ -124,9 +122,7 @@ def push_config_create(
                     f"a task has at most {settings.A2A_WEBHOOK_MAX_CONFIGS_PER_TASK} push configs",
                 )
         if push is not None and client_rebind_applies(task, push):
-            binding = client_rebind(
-                task=task, config=push, make_binding=lambda old: make_binding(active=False), now=now
-            )
+            binding = client_rebind(task=task, config=push, fields=fields, now=now)
             wake_on_commit()
             return binding
         if push is None:
@@ -136,16 +132,8 @@ def push_config_create(
             push.current_version += 1
             push.deleted_at = None
             push.save(update_fields=["current_version", "deleted_at"])
-        binding = make_binding(active=True)
-        Delivery.objects.create(
-            config=push,
-            binding=binding,
-            task=task,
-            seq=task.last_seq,
-            kind="snapshot",
-            body=snapshot_body(task),
-            next_attempt_at=now,
-        )
+        binding = binding_create(config=push, activated_at=now, **fields)
+        snapshot_delivery(config=push, binding=binding, task=task, now=now)
         heads.owe([push.pk], now)
         wake_on_commit()
     return binding
