@@ -9,10 +9,12 @@ and receiver processes.
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
@@ -610,3 +612,50 @@ def test_the_admin_lists_rebinds_shows_their_moves_and_aborts_one(agent, admin_c
         follow=True,
     )
     assert "cannot abort a rebind that is aborted" in again.content.decode()
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("rebind", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_command_starts_shows_and_lists_a_drain(agent):
+    in_flight(agent, 2)
+    out, err = run("start", agent.slug, "--move-prefix", V1, V2, "--deadline", "1h")
+    rebind = Rebind.objects.get(pk=out.strip())
+    assert rebind.state == RebindState.DRAINING
+    assert rebind.deadline_seconds == 3600
+    assert "draining" in err
+    shown, _ = run("show", str(rebind.pk))
+    assert "tasks on the old version (2 shown)" in shown
+    assert "cfg-0.v1" in shown
+    as_json = json.loads(run("show", str(rebind.pk), "--json")[0])
+    assert len(as_json["onOldVersion"]) == 2
+    listed, _ = run("list", "--open")
+    assert str(rebind.pk) in listed
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["start", "nobody", "--rotate-key"], "no agent 'nobody'"),
+        (["start", "hooks", "--move-prefix", V2, V1], "matches no push config"),
+        (["show", "not-a-uuid"], "no rebind not-a-uuid"),
+        (["abort", "00000000-0000-0000-0000-000000000000"], "no rebind"),
+        (["start", "hooks", "--rotate-key", "--deadline", "soon"], "not a duration"),
+        (["schedule", "hooks", "--rotate-key", "--at", "yesterday"], "ISO 8601"),
+    ],
+)
+def test_the_command_refuses_bad_input_with_the_reason_and_changes_nothing(agent, args, says):
+    in_flight(agent, 1)
+    before = rows()
+    with pytest.raises(CommandError) as refused:
+        run(*args)
+    assert says in str(refused.value)
+    # A refused rebind exits 2; a malformed argument is the parser's usage error.
+    assert refused.value.returncode == (1 if "--deadline" in args or "--at" in args else 2)
+    assert rows() == before
