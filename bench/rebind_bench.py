@@ -433,9 +433,8 @@ def install_timers(timers: Timers) -> None:
         setattr(rb, name, timers.wrap(name, getattr(rb, name)))
     from webhooks import channel_moves as cm
 
-    for name in ("move_config", "notice_body", "_current_bindings", "_replace_waiting"):
+    for name in ("move_configs", "notice_body", "_replace_waiting"):
         setattr(cm, name, timers.wrap(f"  {name}", getattr(cm, name)))
-    rb.binding_copy = timers.wrap("  binding_copy", rb.binding_copy)
     rb.channel_moves.heads.refresh = timers.wrap("  heads.refresh", rb.channel_moves.heads.refresh)
 
 
