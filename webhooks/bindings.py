@@ -27,6 +27,20 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 
 
+def credentials_problem(token: str, scheme: str, credentials: str) -> tuple[str, str] | None:
+    """(field, why) when a token, auth scheme or credentials could not travel in a request
+    header (a newline or a non-ASCII character would make every delivery fail), else None."""
+    if len(token) > 1024 or not _HEADER_VALUE.fullmatch(token):
+        return "token", "must be printable ASCII, at most 1024 characters"
+    if scheme and not _SCHEME.fullmatch(scheme):
+        return "authentication.scheme", "must be an HTTP auth scheme name"
+    if len(credentials) > 4096 or not _HEADER_VALUE.fullmatch(credentials):
+        return "authentication.credentials", "must be printable ASCII, at most 4 KiB"
+    if credentials and not scheme:
+        return "authentication.scheme", "is required with credentials"
+    return None
+
+
 @dataclass(frozen=True)
 class CheckedConfig:
     """A push config `push_config_check` accepted: valid, and its URL's host resolved to
@@ -49,16 +63,14 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
             "id",
             "must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - (and not '.' or '..')",
         )
-    if len(cfg.token) > 1024 or not _HEADER_VALUE.fullmatch(cfg.token):
-        raise InvalidPayload("token", "must be printable ASCII, at most 1024 characters")
-    if cfg.HasField("authentication"):
-        auth = cfg.authentication
-        if not _SCHEME.fullmatch(auth.scheme):
-            raise InvalidPayload("authentication.scheme", "must be an HTTP auth scheme name")
-        if len(auth.credentials) > 4096 or not _HEADER_VALUE.fullmatch(auth.credentials):
-            raise InvalidPayload(
-                "authentication.credentials", "must be printable ASCII, at most 4 KiB"
-            )
+    auth = cfg.authentication if cfg.HasField("authentication") else None
+    problem = credentials_problem(
+        cfg.token, auth.scheme if auth else "", auth.credentials if auth else ""
+    )
+    if auth is not None and not _SCHEME.fullmatch(auth.scheme):
+        problem = ("authentication.scheme", "must be an HTTP auth scheme name")
+    if problem:
+        raise InvalidPayload(*problem)
     try:
         check_url(cfg.url)
     except UnsafeDestination as exc:

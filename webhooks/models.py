@@ -254,6 +254,7 @@ class Rebind(models.Model):
     new_token_encrypted = models.TextField(blank=True)
     new_auth_scheme = models.CharField(max_length=64, blank=True)
     new_credentials_encrypted = models.TextField(blank=True)
+    replaces_credentials = models.BooleanField(default=False)  # else the config keeps its own
     # The client's new binding, when the client re-registered the config (already made).
     client_binding = models.ForeignKey(
         PushBinding, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

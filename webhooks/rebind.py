@@ -31,6 +31,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from a2a_platform.lib import crypto
 from agents.models import (
     Agent,
     OnDrainTimeout,
@@ -47,7 +48,7 @@ from agents.signing import (
 from tasks.models import Task
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks import channel_moves, heads, rebind_machine
-from webhooks.bindings import copied_fields, normalize_origin
+from webhooks.bindings import copied_fields, credentials_problem, normalize_origin
 from webhooks.channel_moves import Channels
 from webhooks.endpoint_health import alert_raise
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
@@ -88,6 +89,10 @@ class RebindRequest:
     move_origin: str = ""
     config: PushConfig | None = None
     new_url: str = ""
+    # With `config`: its new credentials (None: keep them; "" removes the token).
+    new_token: str | None = None
+    new_auth_scheme: str | None = None
+    new_credentials: str = ""
     policy: str | None = None  # None: the agent's declared policy
     finish_on_old: bool = False
     deadline_seconds: int | None = None  # None: the agent's default
@@ -131,7 +136,7 @@ def _new_fields(rebind: Rebind):
 
     def fields(old: PushBinding) -> dict[str, Any]:
         url = _moving_url(rebind, old.url)
-        if rebind.config_id and (rebind.new_token_encrypted or rebind.new_auth_scheme):
+        if rebind.config_id and rebind.replaces_credentials:
             return {
                 **copied_fields(old, url=url),
                 "token_encrypted": rebind.new_token_encrypted,
@@ -214,8 +219,13 @@ def _precheck(req: RebindRequest) -> dict[str, Any]:
                 parse_url(req.new_url)
             except UnsafeDestination as exc:
                 raise RebindInvalid("new_url", str(exc)) from None
-    elif req.new_url:
-        raise RebindInvalid("new_url", "replaces one config's URL: name the config")
+        problem = credentials_problem(
+            req.new_token or "", req.new_auth_scheme or "", req.new_credentials
+        )
+        if problem:
+            raise RebindInvalid(f"new_{problem[0]}", problem[1])
+    elif req.new_url or req.new_token is not None or req.new_auth_scheme is not None:
+        raise RebindInvalid("new_url", "replaces one config's URL or credentials: name the config")
     origin = normalize_origin(req.move_origin) if req.move_origin else ""
     # The configs in scope now, and every origin their moved URLs reach (checked once each).
     live = PushBinding.objects.filter(
@@ -321,6 +331,12 @@ def rebind_start(req: RebindRequest, *, actor: str) -> Rebind:
             move_origin=checked["origin"],
             config=req.config,
             new_url=req.new_url,
+            new_token_encrypted=crypto.encrypt(req.new_token) if req.new_token else "",
+            new_auth_scheme=req.new_auth_scheme or "",
+            new_credentials_encrypted=(
+                crypto.encrypt(req.new_credentials) if req.new_credentials else ""
+            ),
+            replaces_credentials=req.new_token is not None or req.new_auth_scheme is not None,
             policy=checked["policy"],
             finish_on_old=req.finish_on_old,
             deadline_seconds=checked["deadline"],

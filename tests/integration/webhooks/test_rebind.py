@@ -18,6 +18,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
+from a2a_platform.lib.crypto import decrypt
 from a2a_platform.protocol import context
 from agents.models import SigningKey, SigningKeyState
 from agents.signing import jwks, live_private_keys
@@ -658,4 +659,52 @@ def test_the_command_refuses_bad_input_with_the_reason_and_changes_nothing(agent
     assert says in str(refused.value)
     # A refused rebind exits 2; a malformed argument is the parser's usage error.
     assert refused.value.returncode == (1 if "--deadline" in args or "--at" in args else 2)
+    assert rows() == before
+
+
+def test_replacing_one_configs_credentials_drains_that_config_alone(agent):
+    a, b = in_flight(agent, 2)
+    deliver_all()
+    config = PushConfig.objects.get(task=a)
+    rebind = rebind_start(
+        RebindRequest(
+            agent=agent,
+            config=config,
+            new_token="tok-2",
+            new_auth_scheme="Bearer",
+            new_credentials="cred-2",
+        ),
+        actor="ops",
+    )
+    assert rebind.counts["noticePending"] == 1
+    deliver_all()
+    v2 = config.bindings.get(version=2)
+    assert (v2.url, decrypt(v2.token_encrypted), v2.auth_scheme) == (
+        f"{V1}task-0",
+        "tok-2",
+        "Bearer",
+    )
+    assert decrypt(v2.credentials_encrypted) == "cred-2"
+    assert v2.activated_at is not None
+    assert PushConfig.objects.get(task=b).current_version == 1
+    assert rebind_advance(rebind.pk).state == RebindState.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"new_token": "line\nbreak"}, "new_token"),
+        ({"new_auth_scheme": "Bad Scheme"}, "new_authentication.scheme"),
+        ({"new_credentials": "c"}, "new_authentication.scheme"),
+    ],
+)
+def test_bad_new_credentials_are_refused(agent, kw, field):
+    [task] = in_flight(agent, 1)
+    before = rows()
+    with pytest.raises(RebindInvalid) as refused:
+        rebind_start(
+            RebindRequest(agent=agent, config=PushConfig.objects.get(task=task), **kw),
+            actor="ops",
+        )
+    assert refused.value.field == field
     assert rows() == before

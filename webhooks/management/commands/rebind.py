@@ -73,6 +73,11 @@ class Command(BaseCommand):
                 "--config", nargs=2, metavar=("TASK", "CONFIG"), help="one config of one task"
             )
             p.add_argument("--url", default="", help="the config's new URL (with --config)")
+            p.add_argument("--token", default=None, help="the config's new token (with --config)")
+            p.add_argument(
+                "--auth-scheme", default=None, help="its new auth scheme (with --config)"
+            )
+            p.add_argument("--credentials", default="", help="its new credentials (with --config)")
             p.add_argument("--policy", choices=["drain", "cutover"], help="default: the agent's")
             p.add_argument("--deadline", type=duration, help="drain deadline (e.g. 1h)")
             p.add_argument("--on-timeout", choices=["cutover", "extend"])
@@ -136,6 +141,9 @@ class Command(BaseCommand):
             move_origin=opts["origin"],
             config=config,
             new_url=opts["url"],
+            new_token=opts["token"],
+            new_auth_scheme=opts["auth_scheme"],
+            new_credentials=opts["credentials"],
             policy=opts["policy"],
             finish_on_old=opts["finish_on_old"],
             deadline_seconds=opts["deadline"],
