@@ -285,6 +285,7 @@ class Rebind(models.Model):
     # Draining: the configs whose current binding was made before this time are the old version.
     cutoff = models.DateTimeField(null=True, blank=True)
     moves_planned = models.BooleanField(default=False)  # every old-version config has its move
+    plan_cursor = models.BigIntegerField(default=0)  # the last config pk planned (keyset)
     # After completion: when the old key retires (last old delivery + retry horizon + tolerance).
     old_key_retire_after = models.DateTimeField(null=True, blank=True)
     alerted_percent = models.PositiveSmallIntegerField(default=0)  # 0, 50, 90, 100

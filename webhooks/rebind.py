@@ -528,7 +528,8 @@ def _plan_batch(pk: object) -> bool:
             .filter(bindings__created_at__lte=rebind.cutoff)
             .exclude(task__state__in=TERMINAL)
             .exclude(moves__rebind=rebind)
-            .order_by("task_id", "pk")
+            .filter(pk__gt=rebind.plan_cursor)  # keyset: each batch reads only its own
+            .order_by("pk")
             .values_list("pk", "task_id")[:size]
         )
         if not candidates:
@@ -585,6 +586,8 @@ def _plan_batch(pk: object) -> bool:
             now=now,
             orphan=rebind.state == RebindState.CUT_OVER,
         )
+        rebind.plan_cursor = max(pk for pk, _ in candidates)
+        rebind.save(update_fields=["plan_cursor"])
         wake_on_commit()
     return False
 

@@ -12,6 +12,11 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='rebind',
+            name='plan_cursor',
+            field=models.BigIntegerField(default=0),
+        ),
+        migrations.AddField(
+            model_name='rebind',
             name='replaces_credentials',
             field=models.BooleanField(default=False),
         ),
