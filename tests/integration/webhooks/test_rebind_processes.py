@@ -181,7 +181,9 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
         "--deadline",
         "1h",
     )
-    assert rebind.state == RebindState.DRAINING  # the command returns once it drains
+    # The command returns once the rebind drains; a fast worker may have delivered the three
+    # notices (and so completed it) by the time the row is read.
+    assert rebind.state in (RebindState.DRAINING, RebindState.COMPLETED)
     for task in tasks:
         services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
     rebind = wait_state(rebind, RebindState.COMPLETED)  # beat's monitor completes it
