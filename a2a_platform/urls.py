@@ -2,11 +2,23 @@ from django.contrib import admin
 from django.urls import include, path
 
 from a2a_platform import health, home
+from webhooks import admin_views
+
+# The admin is the operators' console of the platform (its index is the dashboard).
+admin.site.site_header = "A2A Platform"
+admin.site.site_title = "A2A Platform"
+admin.site.index_title = "Operations dashboard"
 
 urlpatterns = [
     path("", home.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    # Staff only: admin_view redirects anyone else to the admin login (and never caches).
+    path(
+        "admin/dashboard.json",
+        admin.site.admin_view(admin_views.dashboard_json),
+        name="admin_dashboard",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/worker/", include("tasks.api.urls")),
     path("api/v1/deliveries/", include("webhooks.api.urls")),
