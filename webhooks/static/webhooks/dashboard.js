@@ -76,7 +76,7 @@
     ];
     var f = a.deliveries;
     if (f) {
-      var svg = el2("svg", { "class": "dash-chart", width: 180, height: 40, role: "img",
+      var svg = el2("svg", { "class": "dash-chart", width: 240, height: 40, role: "img",
         "aria-label": "attempts per minute: delivered and failed" });
       chart(svg, f.perMinute, data.chart.start);
       cells.push(td(f.queueDepth, "c-queue"), td(age(f.oldestPendingAgeSeconds), "c-oldest"),
