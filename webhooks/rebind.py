@@ -609,7 +609,8 @@ def _settle_finished_on_old(rebind: Rebind) -> None:
 
 def _on_old(rebind: Rebind):
     """The moves that keep the rebind open: in-flight tasks still on an old version."""
-    return ChannelMove.objects.filter(rebind=rebind).filter(
+    # A config deleted meanwhile is on no version any more (its client asked to stop).
+    return ChannelMove.objects.filter(rebind=rebind, config__deleted_at__isnull=True).filter(
         Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT)
         | Q(state=MoveState.NOTICE_PENDING)
         & (Q(task__state__in=IN_FLIGHT) | Q(notice__state__in=OPEN_DELIVERY_STATES))
@@ -736,8 +737,12 @@ def rebind_cutover(pk: object, *, actor: str) -> Rebind:
     pk = rebind.pk
     rebind_machine.check("cut_over", rebind.state)
     if rebind.state == RebindState.PREPARING:
-        Rebind.objects.filter(pk=pk).update(policy=PushChannelPolicy.CUTOVER)
-        Rebind.objects.filter(pk=pk).update(activate_key_at=timezone.now())
+        with transaction.atomic(durable=True):
+            rebind = _lock(pk)
+            rebind_machine.check("cut_over", rebind.state)
+            rebind.policy, rebind.activate_key_at = PushChannelPolicy.CUTOVER, timezone.now()
+            rebind.save(update_fields=["policy", "activate_key_at"])
+            _record(rebind, actor, "cut_over_requested")
         return rebind_advance(pk)
     while not _plan_batch(pk):
         pass

@@ -112,7 +112,7 @@ def rebind_counts(rebind: Rebind) -> dict[str, Any]:
     moves = ChannelMove.objects.filter(rebind=rebind)
     by_state = dict(moves.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     on_old = dict(
-        moves.filter(state__in=ON_OLD_MOVE_STATES)
+        moves.filter(state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True)
         .exclude(task__state__in=[s.value for s in TERMINAL_STATES])
         .values_list("task__state")
         .annotate(n=Count("id"))
@@ -149,7 +149,9 @@ def rebind_stragglers(rebind: Rebind, limit: int = 100) -> list[dict[str, Any]]:
     """The tasks still on the old version (oldest move first): task, state, config, the old
     version, and where its notice stands."""
     rows = (
-        ChannelMove.objects.filter(rebind=rebind, state__in=ON_OLD_MOVE_STATES)
+        ChannelMove.objects.filter(
+            rebind=rebind, state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True
+        )
         .exclude(task__state__in=[s.value for s in TERMINAL_STATES])
         .select_related("task", "config", "old_binding", "notice")
         .order_by("id")[:limit]

@@ -154,7 +154,8 @@ def push_config_json(binding: PushBinding) -> dict[str, Any]:
 
 
 def push_config_delete(*, task: Task, config_id: str) -> None:
-    """Delete a config: it takes no new deliveries and what it still owes is canceled.
+    """Delete a config: it takes no new deliveries and what it still owes is canceled (held
+    deliveries of a rebind's waiting version too; its move then keeps no rebind open).
     Idempotent: deleting an unknown or deleted config succeeds."""
     if not CONFIG_ID.fullmatch(config_id):  # never stored
         return
@@ -171,7 +172,7 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         push.save(update_fields=["deleted_at"])
         push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
         # In-flight ones too: their attempt's outcome is then stale and never re-opens them.
-        push.deliveries.filter(state__in=OPEN_DELIVERY_STATES).update(
+        push.deliveries.filter(state__in=[*OPEN_DELIVERY_STATES, DeliveryState.HELD]).update(
             state=DeliveryState.CANCELED, finished_at=now
         )
         heads.refresh([push.pk])

@@ -54,7 +54,7 @@ from webhooks.rebind import (
     retire_margin,
 )
 from webhooks.selectors import rebind_stragglers
-from webhooks.services import delivery_sweep, push_config_create
+from webhooks.services import delivery_sweep, push_config_create, push_config_delete
 from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
@@ -708,3 +708,18 @@ def test_bad_new_credentials_are_refused(agent, kw, field):
         )
     assert refused.value.field == field
     assert rows() == before
+
+
+def test_a_config_deleted_mid_drain_ends_its_move_and_its_held_deliveries(agent):
+    a, b = in_flight(agent, 2)
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    services.task_transition(task_id=a.pk, to_state=TaskState.INPUT_REQUIRED)
+    push_config_delete(task=a, config_id="cfg-0")
+    assert set(Delivery.objects.filter(task=a, seq=3).values_list("state", flat=True)) == {
+        DeliveryState.CANCELED
+    }
+    deliver_all()  # b's notice
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    assert rebind.counts["onOldVersionTotal"] == 0
