@@ -17,6 +17,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from agents.models import Agent
 from tasks import services
 from tests.e2e.test_admin import log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
@@ -24,7 +25,17 @@ from tests.e2e.test_admin_deliveries import Deliveries, orm
 from tests.e2e.test_admin_deliveries import deliveries as deliveries  # noqa: F401 (fixture)
 from tests.factories import user_message
 from tests.readiness_helpers import mark_workers_live
-from webhooks.models import OPEN_DELIVERY_STATES, Alert, DeliveryAttempt, DeliveryState
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    Alert,
+    ChannelMove,
+    DeliveryAttempt,
+    DeliveryState,
+    MoveState,
+    PushConfig,
+    Rebind,
+    RebindState,
+)
 from webhooks.models import Delivery as DeliveryRow
 from webhooks.services import push_config_create
 
@@ -33,7 +44,30 @@ POLL_WAIT_MS = 15_000  # three polls
 
 @pytest.fixture
 def store(deliveries) -> Deliveries:  # noqa: F811 (pytest passes the imported fixture)
+    """Plus a live worker's heartbeat and an open rebind of shop-bot's two configs: one moved,
+    one notice pending (50%)."""
     mark_workers_live("dashboard-worker")
+    rebind = Rebind.objects.create(
+        agent=Agent.objects.get(slug="shop-bot"),
+        move_from="https://hooks.example.org/",
+        move_to="https://new.example.org/",
+        policy="drain",
+        state=RebindState.DRAINING,
+        deadline_seconds=3600,
+        deadline=timezone.now() + timedelta(hours=1),
+        on_timeout="cutover",
+        actor="ops",
+        moves_planned=True,
+    )
+    configs = PushConfig.objects.filter(task__agent__slug="shop-bot").order_by("config_id")
+    for config, state in zip(configs, [MoveState.MOVED, MoveState.NOTICE_PENDING], strict=True):
+        ChannelMove.objects.create(
+            rebind=rebind,
+            config=config,
+            task_id=config.task_id,
+            old_binding=config.bindings.get(),
+            state=state,
+        )
     return deliveries
 
 
@@ -112,18 +146,23 @@ def test_dashboard_shows_the_store_and_refreshes_itself(store, page, tmp_path: P
     open_alerts = orm(lambda: Alert.objects.filter(resolved_at__isnull=True).count())
     assert page.locator("#dash-alerts-open").inner_text() == str(open_alerts) == "1"
     assert store.a_status in page.locator("#open-alerts").inner_text()
-    assert page.locator("#dash-rebind-rows").inner_text().strip() == "none"
+    rebind = page.locator("#dash-rebind-rows tr[data-rebind]")
+    assert rebind.count() == 1
+    assert "shop-bot" in rebind.inner_text()
+    assert rebind.locator(".c-progress-text").inner_text() == "1 / 2 (50%)"
+    assert rebind.locator("progress").get_attribute("value") == "50"
+    assert rebind.locator(".c-on-old").inner_text() == "1"
 
-    # A delivery written after the page loaded shows after a poll, without a reload.
+    # A delivery written after the page loaded shows after a poll, without a reload; so does
+    # the rebind's last move.
     page.evaluate("window.__sameDocument = true")
 
     def write() -> None:
-        from agents.models import Agent
-
         task = services.task_create(
             agent=Agent.objects.get(slug="other-bot"), owner="anonymous", message=user_message()
         )
         push_config_create(task=task, config={"id": "late", "url": "https://late.example.org/"})
+        ChannelMove.objects.filter(state=MoveState.NOTICE_PENDING).update(state=MoveState.MOVED)
 
     orm(write)
     assert orm(lambda: figures("other-bot"))["queue"] == 2
@@ -132,6 +171,10 @@ def test_dashboard_shows_the_store_and_refreshes_itself(store, page, tmp_path: P
                    .textContent === "2" """,
         timeout=POLL_WAIT_MS,
     )
+    rebind = page.locator("#dash-rebind-rows tr[data-rebind]")
+    assert rebind.locator(".c-progress-text").inner_text() == "2 / 2 (100%)"
+    assert rebind.locator("progress").get_attribute("value") == "100"
+    assert rebind.locator(".c-on-old").inner_text() == "0"
     assert page.evaluate("window.__sameDocument") is True
     assert int(page.locator("#dashboard").get_attribute("data-polls")) >= 1
     assert page.locator("#dash-poll-status").inner_text() == ""

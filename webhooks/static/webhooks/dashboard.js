@@ -148,7 +148,10 @@
     function poll() {
       fetch(root.getAttribute("data-url"), { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then(function (response) {
-          if (!response.ok || response.headers.get("content-type").indexOf("application/json") !== 0) {
+          // A lapsed session is redirected to the login page (admin_view): HTML, not JSON.
+          if (response.redirected) { throw new Error("signed out, reload the page"); }
+          var type = response.headers.get("content-type") || "";
+          if (!response.ok || type.indexOf("application/json") !== 0) {
             throw new Error("HTTP " + response.status);
           }
           return response.json();
