@@ -236,7 +236,12 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
             .values("rebind_id", "state")
             .annotate(
                 n=Count("id"),
-                live=Count("id", filter=~Q(task__state__in=[s.value for s in TERMINAL_STATES])),
+                # As selectors.rebind_counts: a deleted config holds nothing on the old version.
+                live=Count(
+                    "id",
+                    filter=Q(config__deleted_at__isnull=True)
+                    & ~Q(task__state__in=[s.value for s in TERMINAL_STATES]),
+                ),
             )
             .order_by()
         )

@@ -71,7 +71,7 @@ def attempt(delivery: Delivery, at: datetime, status: int | None, *, error: str 
 def build_scene(time_machine) -> Scene:
     """shop-bot: two pending (5 min and 1 min old), one sending (2 min old), one held, two
     dead; attempts across the hour. other-bot: one pending. quiet-bot: nothing. mover-bot: an
-    open rebind of four moves (two done, one live task on the old version) and a finished
+    open rebind of five moves (two done, one live task on the old version) and a finished
     one."""
     shop = AgentFactory(slug="shop-bot", executor="external")
     other = AgentFactory(slug="other-bot", executor="external")
@@ -119,8 +119,9 @@ def build_scene(time_machine) -> Scene:
     Alert.objects.create(kind=AlertKind.ENDPOINT_FAILING, endpoint=gone, message="failing")
     Alert.objects.create(kind=AlertKind.DEAD_LETTER, message="old", resolved_at=NOW)
 
-    moved = [registered(mover, f"m{n}", "https://old.example.org/hook") for n in range(4)]
+    moved = [registered(mover, f"m{n}", "https://old.example.org/hook") for n in range(5)]
     services.task_transition(task_id=moved[3].task_id, to_state=TaskState.COMPLETED)
+    PushConfig.objects.filter(pk=moved[4].pk).update(deleted_at=NOW)
     rebind = Rebind.objects.create(
         agent=mover,
         move_from="https://old.example.org/",
@@ -140,6 +141,7 @@ def build_scene(time_machine) -> Scene:
             MoveState.FINISHED_ON_OLD,
             MoveState.NOTICE_PENDING,  # its task is live: on the old version
             MoveState.FINISHING_ON_OLD,  # its task completed: no longer counted
+            MoveState.NOTICE_PENDING,  # its config was deleted: no longer counted
         ],
         strict=True,
     ):
@@ -199,8 +201,8 @@ def test_dashboard_figures_match_the_rows(scene):
     assert (quiet["queueDepth"], quiet["oldestPendingAgeSeconds"]) == (0, None)
     assert quiet["lastHour"] == {"delivered": 0, "failed": 0}
     assert data["chart"] == {"start": WINDOW_START.isoformat(), "minutes": 60}
-    # mover-bot: four snapshots and the completed task's status delivery.
-    assert data["totals"] == {"queueDepth": 3 + 1 + 5, "held": 1, "dead": 2}
+    # mover-bot: five snapshots and the completed task's status delivery.
+    assert data["totals"] == {"queueDepth": 3 + 1 + 6, "held": 1, "dead": 2}
 
     assert (data["endpoints"]["failing"], data["endpoints"]["paused"]) == (1, 1)
     rows = {e["origin"]: e for e in data["endpoints"]["rows"]}
@@ -218,8 +220,8 @@ def test_dashboard_figures_match_the_rows(scene):
         "draining",
         "drain",
     )
-    assert (rebind["done"], rebind["plannedMoves"], rebind["planningDone"]) == (2, 4, True)
-    assert (rebind["progress"], rebind["percent"]) == (0.5, 50)
+    assert (rebind["done"], rebind["plannedMoves"], rebind["planningDone"]) == (2, 5, True)
+    assert (rebind["progress"], rebind["percent"]) == (0.4, 40)
     assert rebind["onOldVersion"] == 1
     assert rebind["deadline"] == (NOW + timedelta(hours=1)).isoformat()
     assert rebind["deadlineInSeconds"] == 3600.0
@@ -268,7 +270,7 @@ def test_dashboard_json_is_the_index_data_for_a_superuser(scene, client):
     assert '<td class="c-oldest">300 s</td>' in html
     assert 'id="dashboard-data"' in html
     assert "webhooks/dashboard.js" in html
-    assert "(50%)" in html
+    assert "2 / 5 (40%)" in html
 
 
 @pytest.mark.parametrize("user", ["anonymous", "not staff"])
