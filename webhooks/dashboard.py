@@ -274,6 +274,15 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
     return out
 
 
+def _card(agent: Agent, state: gate.Readiness) -> str:
+    """How this instance answers the agent's card now, in words."""
+    if not agent.enabled:
+        return "disabled"
+    if state.card_servable:
+        return "served"
+    return "503: draining" if state.draining else "503: never ready"
+
+
 def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
     """The whole dashboard as plain data. `sections`: which of SECTIONS to include
     (readiness and the agents' capabilities always are); see `sections_for`."""
@@ -289,6 +298,7 @@ def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
             "name": agent.name,
             "enabled": agent.enabled,
             "cardServable": agent.enabled and state.card_servable,
+            "card": _card(agent, state),
             "capabilities": {
                 name: {"on": cap.on, "reason": cap.reason} for name, cap in caps.items()
             },

@@ -245,6 +245,9 @@ def test_dashboard_readiness_shows_each_check_and_worker(scene):
     assert r["instance"]
     push = by_slug(data)["shop-bot"]["capabilities"]["pushNotifications"]
     assert push == {"on": True, "reason": "a delivery worker is live"}
+    # No event hub runs in this process: the instance has never been ready.
+    assert checks["event_hub"]["ok"] is False
+    assert by_slug(data)["shop-bot"]["card"] == "503: never ready"
 
 
 def test_dashboard_json_is_the_index_data_for_a_superuser(scene, client):

@@ -68,7 +68,7 @@
   function agentRow(a, data) {
     var caps = a.capabilities, cells = [
       td(a.slug, "c-agent"),
-      td(!a.enabled ? "disabled" : (a.cardServable ? "served" : "503 (never ready)"), "c-card"),
+      td(a.card, "c-card"),
       td(yesno(caps.pushNotifications.on, "on", "off") + ": " + caps.pushNotifications.reason,
         "c-push " + yesno(caps.pushNotifications.on, "ok", "failing")),
       td(yesno(caps.streaming.on, "on", "off") + ": " + caps.streaming.reason,
@@ -163,9 +163,20 @@
           setText("dash-poll-status", "");
         })
         .catch(function (err) { setText("dash-poll-status", "(update failed: " + err.message + "; retrying)"); })
-        .then(function () { window.setTimeout(poll, interval); });
+        .then(function () { window.setTimeout(pollWhenShown, interval); });
     }
-    window.setTimeout(poll, interval);
+    function pollWhenShown() {
+      // A hidden tab does not poll; it catches up as soon as it is shown again.
+      if (document.hidden) {
+        document.addEventListener("visibilitychange", function shown() {
+          document.removeEventListener("visibilitychange", shown);
+          poll();
+        });
+      } else {
+        poll();
+      }
+    }
+    window.setTimeout(pollWhenShown, interval);
   }
 
   if (document.readyState === "loading") {
