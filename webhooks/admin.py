@@ -6,11 +6,16 @@ import uuid
 
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from webhooks import rebind as rebinds
 from webhooks import services
-from webhooks.errors import WebhookError
+from webhooks.errors import RebindConflict, RebindInvalid, WebhookError
+from webhooks.forms import RebindForm
 from webhooks.models import (
     Alert,
     ChannelMove,
@@ -221,6 +226,21 @@ class OperatorActionAdmin(ReadOnlyAdmin):
     list_filter = ("action",)
 
 
+# A service refusal's field, as the wizard's form names it (None: the form as a whole).
+_FORM_FIELD = {
+    "move_from": "move_from",
+    "move_to": "move_to",
+    "move_prefix": "move_from",
+    "deadline": "deadline",
+    "at": "at",
+    "policy": "policy",
+    "on_timeout": "on_timeout",
+    "finish_on_old": "finish_on_old",
+    "new_url": "new_url",
+    "config": "config_id",
+}
+
+
 class MoveInline(ReadOnlyInline):
     model = ChannelMove
     fields = ("task", "config", "state", "old_binding", "new_binding", "notice", "from_seq")
@@ -250,6 +270,48 @@ class RebindAdmin(ReadOnlyAdmin):
     exclude = ("new_token_encrypted", "new_credentials_encrypted")
     inlines = [MoveInline]
     actions = ["advance", "cut_over", "abort"]
+    change_list_template = "admin/webhooks/rebind/change_list.html"
+
+    def has_run_rebind_permission(self, request) -> bool:
+        return request.user.has_perm("webhooks.run_rebind")
+
+    def get_urls(self):
+        wizard = self.admin_site.admin_view(self.wizard_view)
+        return [path("start/", wizard, name="webhooks_rebind_start"), *super().get_urls()]
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"can_run_rebind": self.has_run_rebind_permission(request), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+    def wizard_view(self, request):
+        """Start a rebind in two steps: the form, then a confirmation page with every check's
+        result and the blast radius (tasks on the old version by state, configs, endpoints,
+        the list); nothing is written until it is confirmed."""
+        if not self.has_run_rebind_permission(request):
+            raise PermissionDenied
+        form = RebindForm(request.POST or None)
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "form": form}
+        context["title"] = "Start a rebind"
+        if request.method == "POST" and form.is_valid():
+            rebind_request = form.rebind_request()
+            try:
+                preview = rebinds.rebind_preview(rebind_request)
+                if request.POST.get("confirm") == "yes" and (
+                    preview.conflict is None or rebind_request.force
+                ):
+                    rebind = rebinds.rebind_start(rebind_request, actor=request.user.get_username())
+                    self.message_user(request, f"rebind {rebind.pk}: {rebind.state}")
+                    return HttpResponseRedirect(
+                        reverse("admin:webhooks_rebind_change", args=[rebind.pk])
+                    )
+            except RebindInvalid as exc:
+                form.add_error(_FORM_FIELD.get(exc.field), f"{exc.field}: {exc.description}")
+            except RebindConflict as exc:
+                form.add_error("force", str(exc))
+            else:
+                context.update(preview=preview, title="Confirm the rebind")
+                return TemplateResponse(request, "admin/webhooks/rebind/confirm.html", context)
+        return TemplateResponse(request, "admin/webhooks/rebind/start.html", context)
 
     @admin.display(description="scope")
     def scope(self, obj: Rebind) -> str:
@@ -285,14 +347,14 @@ class RebindAdmin(ReadOnlyAdmin):
     def advance(self, request, queryset):
         self._each(request, queryset, lambda r: rebinds.rebind_advance(r.pk), "advanced")
 
-    @admin.action(description="Cut over (orphan what is left)", permissions=["operate"])
+    @admin.action(description="Cut over (orphan what is left)", permissions=["run_rebind"])
     def cut_over(self, request, queryset):
         actor = request.user.get_username()
         self._each(
             request, queryset, lambda r: rebinds.rebind_cutover(r.pk, actor=actor), "cut over"
         )
 
-    @admin.action(description="Abort", permissions=["operate"])
+    @admin.action(description="Abort", permissions=["run_rebind"])
     def abort(self, request, queryset):
         actor = request.user.get_username()
         self._each(request, queryset, lambda r: rebinds.rebind_abort(r.pk, actor=actor), "aborted")

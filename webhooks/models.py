@@ -298,6 +298,7 @@ class Rebind(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["state"], name="rebind_state")]
+        permissions = [("run_rebind", "Can start, cut over, extend and abort rebinds")]
 
     def __str__(self) -> str:
         return f"rebind {self.pk} ({self.state})"

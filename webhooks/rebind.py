@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from a2a_platform.lib import crypto
@@ -302,6 +302,85 @@ def _lock(pk: object) -> Rebind:
 def _record(rebind: Rebind, actor: str, action: str, **extra: Any) -> None:
     OperatorAction.record(
         actor, f"rebind_{action}", {"rebind": str(rebind.pk), "agent": rebind.agent.slug, **extra}
+    )
+
+
+# --- the preview (reads only) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RebindPreview:
+    """What starting `request` would do, computed without writing anything: the checks run,
+    the open rebind it would conflict with, and its blast radius (configs and endpoints
+    affected, in-flight tasks on the old version by state, the first of them listed)."""
+
+    request: RebindRequest
+    policy: str
+    deadline_seconds: int
+    on_timeout: str
+    overlap_seconds: int  # how long the next key is published before it signs (0: no rotation)
+    conflict: RebindConflict | None
+    configs: int
+    in_flight_by_state: dict[str, int]
+    endpoints: list[str]
+    tasks: list[dict[str, Any]]
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.in_flight_by_state.values())
+
+
+def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview:
+    """Run every check `rebind_start` runs and measure what it would touch; raises
+    RebindInvalid like it. Writes nothing (the console's confirmation page)."""
+    checked = _precheck(req)
+    draft = Rebind(
+        agent=req.agent,
+        rotate_key=req.rotate_key,
+        move_from=req.move_from,
+        move_to=req.move_to,
+        move_origin=checked["origin"],
+        config=req.config,
+    )
+    scope = PushConfig.objects.filter(_current_binding_filter(draft))
+    in_flight = scope.exclude(task__state__in=TERMINAL)
+    by_state = dict(
+        in_flight.values_list("task__state").annotate(n=Count("id")).values_list("task__state", "n")
+    )
+    conflict = None
+    if not req.force:
+        for other in Rebind.objects.filter(agent=req.agent, state__in=OPEN_REBIND_STATES):
+            overlap = None if other.actor.startswith("client") else _overlap(other, req)
+            if overlap:
+                conflict = RebindConflict(other.pk, overlap)
+                break
+    listed = (
+        in_flight.select_related("task")
+        .order_by("task__created_at", "pk")
+        .values_list("task_id", "task__state", "config_id")[:list_limit]
+    )
+    return RebindPreview(
+        request=req,
+        policy=checked["policy"],
+        deadline_seconds=checked["deadline"],
+        on_timeout=checked["on_timeout"],
+        overlap_seconds=(
+            max(req.agent.push_rebind_min_overlap, req.agent.card_max_age) if req.rotate_key else 0
+        ),
+        conflict=conflict,
+        configs=scope.count(),
+        in_flight_by_state={TaskState(s).short: n for s, n in sorted(by_state.items())},
+        endpoints=sorted(
+            set(
+                PushBinding.objects.filter(
+                    config__in=scope, version=F("config__current_version")
+                ).values_list("endpoint__origin", flat=True)
+            )
+        ),
+        tasks=[
+            {"task": str(task), "state": TaskState(state).short, "config": config}
+            for task, state, config in listed
+        ],
     )
 
 

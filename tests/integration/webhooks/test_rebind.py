@@ -14,6 +14,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
@@ -723,3 +725,58 @@ def test_a_config_deleted_mid_drain_ends_its_move_and_its_held_deliveries(agent)
     rebind = rebind_advance(rebind.pk)
     assert rebind.state == RebindState.COMPLETED
     assert rebind.counts["onOldVersionTotal"] == 0
+
+
+# --- the console's wizard -----------------------------------------------------------------------
+
+
+def wizard_post(client, **data):
+    return client.post("/admin/webhooks/rebind/start/", {"agent": "hooks", **data}, follow=True)
+
+
+def test_the_wizard_previews_the_blast_radius_then_starts_on_confirmation(agent, admin_client):
+    in_flight(agent, 2)
+    in_flight(agent, 1, state=TaskState.INPUT_REQUIRED, prefix=V1 + "x/")
+    assert admin_client.get("/admin/webhooks/rebind/start/").status_code == 200
+    fields = {"operations": ["move_prefix"], "move_from": V1, "move_to": V2, "deadline": "1h"}
+    preview = wizard_post(admin_client, **fields)
+    page = preview.content.decode()
+    assert "Confirm the rebind" in page
+    assert "In-flight tasks on the old version: 3; input-required 1; working 2" in page
+    assert "https://client.example.org:443" in page
+    assert not Rebind.objects.exists()  # nothing written before the confirmation
+    started = wizard_post(admin_client, **fields, confirm="yes")
+    rebind = Rebind.objects.get()
+    assert started.redirect_chain[-1][0] == f"/admin/webhooks/rebind/{rebind.pk}/change/"
+    assert (rebind.state, rebind.deadline_seconds, rebind.actor) == ("draining", 3600, "admin")
+    # A rotation over the channels it moves: shown as the conflict, and no confirm button.
+    again = wizard_post(admin_client, operations=["rotate_key"]).content.decode()
+    assert f"rebind {rebind.pk} is still open over the same scope" in again
+    assert 'id="rebind-confirm"' not in again
+
+
+def test_the_wizard_shows_a_refused_request_on_its_form_and_writes_nothing(agent, admin_client):
+    in_flight(agent, 1)
+    before = rows()
+    answer = wizard_post(
+        admin_client,
+        operations=["move_prefix"],
+        move_from="https://client.example.org/nowhere/",
+        move_to=V2,
+        confirm="yes",
+    )
+    assert "matches no push config of agent" in answer.content.decode()
+    answer = wizard_post(admin_client, operations=["rotate_key"], deadline="soon")
+    assert "is not a duration" in answer.content.decode()
+    assert rows() == before
+
+
+def test_without_the_run_rebind_permission_the_wizard_and_cutover_are_refused(agent, client):
+    viewer = get_user_model().objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_rebind"))
+    client.force_login(viewer)
+    assert client.get("/admin/webhooks/rebind/start/").status_code == 403
+    listing = client.get("/admin/webhooks/rebind/")
+    assert listing.status_code == 200
+    assert "Start a rebind" not in listing.content.decode()
+    assert 'value="cut_over"' not in listing.content.decode()

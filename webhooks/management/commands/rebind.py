@@ -7,7 +7,6 @@ the REST API call. Refusals print the reason and exit 2; nothing was changed.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -19,12 +18,10 @@ from django.utils.dateparse import parse_datetime
 from agents.models import Agent
 from webhooks import rebind as rebinds
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.forms import parse_duration
 from webhooks.models import PushConfig, Rebind, RebindState
 from webhooks.rebind_machine import IllegalRebindTransition
 from webhooks.selectors import rebind_stragglers
-
-_DURATION = re.compile(r"(?P<n>\d+)(?P<unit>[smhd]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _is_uuid(text: str) -> bool:
@@ -37,10 +34,10 @@ def _is_uuid(text: str) -> bool:
 
 def duration(text: str) -> int:
     """`90`, `90s`, `15m`, `1h`, `2d` → seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise CommandError(f"{text!r} is not a duration (e.g. 90s, 15m, 1h, 2d)")
-    return int(match["n"]) * _UNITS[match["unit"]]
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def moment(text: str) -> datetime:
