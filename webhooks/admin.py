@@ -323,8 +323,15 @@ class RebindAdmin(ReadOnlyAdmin):
         return ", ".join(parts)
 
     @admin.display(description="on old version")
-    def on_old(self, obj: Rebind) -> int:
-        return (obj.counts or {}).get("onOldVersionTotal", 0)
+    def on_old(self, obj: Rebind) -> str:
+        count = (obj.counts or {}).get("onOldVersionTotal", 0)
+        url = reverse("admin:webhooks_channelmove_changelist")
+        return format_html(
+            '<a href="{}?rebind__id__exact={}&state__in=notice_pending,finishing_on_old">{}</a>',
+            url,
+            obj.pk,
+            count,
+        )
 
     @admin.display(description="moved")
     def moved(self, obj: Rebind) -> int:
@@ -358,3 +365,51 @@ class RebindAdmin(ReadOnlyAdmin):
     def abort(self, request, queryset):
         actor = request.user.get_username()
         self._each(request, queryset, lambda r: rebinds.rebind_abort(r.pk, actor=actor), "aborted")
+
+
+@admin.register(ChannelMove)
+class ChannelMoveAdmin(ReadOnlyAdmin):
+    """A rebind's moves, one per config: filter by rebind and state for the tasks still on
+    the old version, and decide for the selected ones (the rebind services)."""
+
+    list_display = ("task", "task_state", "config", "state", "notice_state", "created_at")
+    list_filter = ("state", "rebind")
+    list_select_related = ("task", "config", "notice")
+    search_fields = ("=task__id", "config__config_id")
+    actions = ["move_now", "finish_on_old"]
+
+    @admin.display(description="task state")
+    def task_state(self, obj: ChannelMove) -> str:
+        return obj.task.task_state.short
+
+    @admin.display(description="notice")
+    def notice_state(self, obj: ChannelMove) -> str:
+        if obj.notice is None:
+            return "-"
+        return obj.notice.state + (f" ({obj.notice.last_error})" if obj.notice.last_error else "")
+
+    def has_run_rebind_permission(self, request) -> bool:
+        return request.user.has_perm("webhooks.run_rebind")
+
+    def _by_rebind(self, request, queryset, step, done: str) -> None:
+        actor = request.user.get_username()
+        by_rebind: dict = {}
+        for move in queryset:
+            by_rebind.setdefault(move.rebind_id, []).append(move.pk)
+        for rebind_pk, move_pks in by_rebind.items():
+            try:
+                count = step(rebind_pk, move_pks=move_pks, actor=actor)
+            except (WebhookError, IllegalRebindTransition) as exc:
+                self.message_user(request, f"rebind {rebind_pk}: {exc}", level="error")
+            else:
+                self.message_user(request, f"rebind {rebind_pk}: {count} {done}")
+
+    @admin.action(
+        description="Move now (without waiting for the notice)", permissions=["run_rebind"]
+    )
+    def move_now(self, request, queryset):
+        self._by_rebind(request, queryset, rebinds.rebind_moves_now, "moved")
+
+    @admin.action(description="Let finish on the old channel", permissions=["run_rebind"])
+    def finish_on_old(self, request, queryset):
+        self._by_rebind(request, queryset, rebinds.rebind_moves_finish_on_old, "left on old")

@@ -53,6 +53,7 @@ from webhooks.channel_moves import Channels
 from webhooks.endpoint_health import alert_raise
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
 from webhooks.models import (
+    ON_OLD_MOVE_STATES,
     OPEN_DELIVERY_STATES,
     OPEN_REBIND_STATES,
     Alert,
@@ -110,7 +111,7 @@ def _current_binding_filter(rebind: Rebind) -> Q:
     q = Q(
         task__agent_id=rebind.agent_id,
         deleted_at__isnull=True,
-        bindings__version=F("current_version"),
+        bindings__retired_at__isnull=True,  # its current binding: the one taking writes
     )
     if rebind.config_id:
         q &= Q(pk=rebind.config_id)
@@ -231,7 +232,7 @@ def _precheck(req: RebindRequest) -> dict[str, Any]:
     live = PushBinding.objects.filter(
         config__task__agent=req.agent,
         config__deleted_at__isnull=True,
-        version=F("config__current_version"),
+        retired_at__isnull=True,
     )
     if req.config is not None:
         live = live.filter(config=req.config)
@@ -372,9 +373,9 @@ def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview
         in_flight_by_state={TaskState(s).short: n for s, n in sorted(by_state.items())},
         endpoints=sorted(
             set(
-                PushBinding.objects.filter(
-                    config__in=scope, version=F("config__current_version")
-                ).values_list("endpoint__origin", flat=True)
+                PushBinding.objects.filter(config__in=scope, retired_at__isnull=True).values_list(
+                    "endpoint__origin", flat=True
+                )
             )
         ),
         tasks=[
@@ -643,7 +644,7 @@ def _plan_batch(pk: object) -> bool:
                 b.config_id: b
                 for b in PushBinding.objects.filter(
                     config_id__in=[c.pk for _, c, _ in staying],
-                    version=F("config__current_version"),
+                    retired_at__isnull=True,
                 )
             }
             ChannelMove.objects.bulk_create(
@@ -868,18 +869,28 @@ def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
     return rebind_advance(pk)
 
 
-def _revert_pending(rebind: Rebind, now: datetime) -> None:
-    pending = _locked_moves(
-        ChannelMove.objects.filter(rebind=rebind, state=MoveState.NOTICE_PENDING).select_related(
-            "old_binding", "new_binding"
-        )
-    )
+def _revert_pending(
+    rebind: Rebind,
+    now: datetime,
+    *,
+    move_pks: list[int] | None = None,
+    to_state: str = MoveState.REVERTED,
+    reason: str = "aborted",
+) -> int:
+    """Return moves still waiting for their notice to their old version: the notice
+    withdrawn if still open, the waiting binding retired unused, what was held for it
+    pinned to the old binding instead (it was never sent), the old binding taking writes
+    again. Returns how many."""
+    pending = ChannelMove.objects.filter(rebind=rebind, state=MoveState.NOTICE_PENDING)
+    if move_pks is not None:
+        pending = pending.filter(pk__in=move_pks)
+    pending = _locked_moves(pending.select_related("old_binding", "new_binding"))
     config_pks = sorted({m.config_id for m in pending})
     for move in pending:
         if move.notice_id:
             Delivery.objects.filter(pk=move.notice_id, state__in=OPEN_DELIVERY_STATES).update(
                 state=DeliveryState.SUPERSEDED,
-                last_error=f"rebind {rebind.pk} aborted",
+                last_error=f"rebind {rebind.pk} {reason}",
                 finished_at=now,
             )
         if move.new_binding is not None:
@@ -888,9 +899,71 @@ def _revert_pending(rebind: Rebind, now: datetime) -> None:
                 binding=move.old_binding, state=DeliveryState.PENDING, next_attempt_at=now
             )
         PushBinding.objects.filter(pk=move.old_binding_id).update(retired_at=None)
-        move.state, move.finished_at = MoveState.REVERTED, now
-        move.save(update_fields=["state", "finished_at"])
+        move.state = to_state
+        move.finished_at = now if to_state == MoveState.REVERTED else None
+        move.new_binding = None if to_state == MoveState.FINISHING_ON_OLD else move.new_binding
+        move.save(update_fields=["state", "finished_at", "new_binding"])
     heads.refresh(config_pks)
+    return len(pending)
+
+
+def rebind_moves_finish_on_old(pk: object, *, move_pks: list[int], actor: str) -> int:
+    """Let these tasks finish on their old version (a draining rebind's moves still waiting
+    for their notice): their notice is withdrawn and they stay on the old channel until
+    terminal. Returns how many."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.state != RebindState.DRAINING:
+            raise rebind_machine.IllegalRebindTransition("finish_on_old", rebind.state)
+        count = _revert_pending(
+            rebind,
+            now,
+            move_pks=move_pks,
+            to_state=MoveState.FINISHING_ON_OLD,
+            reason="let finish on old by an operator",
+        )
+        _record(rebind, actor, "finish_on_old", moves=len(move_pks), changed=count)
+    return count
+
+
+def rebind_moves_now(pk: object, *, move_pks: list[int], actor: str) -> int:
+    """Move these tasks now (a draining rebind's): a move waiting for its notice is
+    activated without it (the notice withdrawn if still open: the operator decided the
+    receiver need not be told); a task finishing on old gets its move and notice now.
+    Returns how many changed."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        rebind = _lock(pk)
+        if rebind.state != RebindState.DRAINING:
+            raise rebind_machine.IllegalRebindTransition("move_now", rebind.state)
+        moves = _locked_moves(
+            ChannelMove.objects.filter(
+                rebind=rebind, pk__in=move_pks, state__in=ON_OLD_MOVE_STATES
+            ).select_related("old_binding")
+        )
+        waiting = [m for m in moves if m.state == MoveState.NOTICE_PENDING]
+        Delivery.objects.filter(
+            pk__in=[m.notice_id for m in waiting if m.notice_id],
+            state__in=OPEN_DELIVERY_STATES,
+        ).update(
+            state=DeliveryState.SUPERSEDED,
+            last_error=f"rebind {rebind.pk}: moved by an operator without the notice",
+            finished_at=now,
+        )
+        channel_moves.activate([m.pk for m in waiting], now)
+        finishing = [m for m in moves if m.state == MoveState.FINISHING_ON_OLD]
+        ChannelMove.objects.filter(pk__in=[m.pk for m in finishing]).delete()
+        channel_moves.move_configs(
+            rebind_pk=rebind.pk,
+            items=[(m.task, m.config) for m in finishing],
+            new_fields=_new_fields(rebind),
+            channels=_channels(rebind),
+            now=now,
+        )
+        _record(rebind, actor, "move_now", moves=len(move_pks), changed=len(moves))
+        wake_on_commit()
+    return len(moves)
 
 
 def rebind_orphans(pk: object, *, actor: str) -> int:

@@ -51,6 +51,7 @@ from webhooks.rebind import (
     rebind_advance,
     rebind_cutover,
     rebind_extend,
+    rebind_moves_finish_on_old,
     rebind_orphans,
     rebind_start,
     retire_margin,
@@ -780,3 +781,34 @@ def test_without_the_run_rebind_permission_the_wizard_and_cutover_are_refused(ag
     assert listing.status_code == 200
     assert "Start a rebind" not in listing.content.decode()
     assert 'value="cut_over"' not in listing.content.decode()
+
+
+# --- per-task decisions -----------------------------------------------------------------------
+
+
+def test_move_now_activates_without_the_notice_and_finish_on_old_keeps_the_old_channel(
+    agent, admin_client
+):
+    a, b = in_flight(agent, 2)
+    deliver_all()
+    rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
+    move_a = ChannelMove.objects.get(task=a)
+    move_b = ChannelMove.objects.get(task=b)
+    answer = admin_client.post(
+        "/admin/webhooks/channelmove/",
+        {"action": "move_now", "_selected_action": [str(move_a.pk)]},
+        follow=True,
+    )
+    assert f"Rebind {rebind.pk}: 1 moved" in answer.content.decode()  # the admin capitalises
+    assert rebind_moves_finish_on_old(rebind.pk, move_pks=[move_b.pk], actor="ops") == 1
+    services.task_transition(task_id=a.pk, to_state=TaskState.COMPLETED)
+    services.task_transition(task_id=b.pk, to_state=TaskState.COMPLETED)
+    sent = deliver_all()
+    assert sent == [(f"{V2}task-0", "status", 3), (f"{V1}task-1", "status", 3)]  # no notice
+    notices = Delivery.objects.filter(kind="notice")
+    assert set(notices.values_list("state", flat=True)) == {DeliveryState.SUPERSEDED}
+    rebind = rebind_advance(rebind.pk)
+    assert rebind.state == RebindState.COMPLETED
+    assert (rebind.counts["moved"], rebind.counts["finishedOnOld"]) == (1, 1)
+    listing = admin_client.get(f"/admin/webhooks/channelmove/?rebind__id__exact={rebind.pk}")
+    assert listing.status_code == 200
