@@ -22,4 +22,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/worker/", include("tasks.api.urls")),
     path("api/v1/deliveries/", include("webhooks.api.urls")),
+    path("api/v1/rebinds/", include("webhooks.api.rebind_urls")),
 ]

@@ -1,0 +1,111 @@
+"""The rebind API (/api/v1/rebinds/) in process over DRF: the same services as the command
+and the console, the admin's permissions, every error shape, and the same audit rows."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tasks import services
+from tasks.states import TaskState
+from tests.factories import AgentFactory, user_message
+from webhooks.models import ChannelMove, OperatorAction, Rebind, RebindState
+from webhooks.services import push_config_create
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("public_dns")]
+
+V1 = "https://client.example.org/hooks/v1/"
+V2 = "https://client.example.org/hooks/v2/"
+MOVE = {"agent": "api-agent", "movePrefix": {"old": V1, "new": V2}}
+
+
+def _client(name: str, *perms: str) -> APIClient:
+    user = get_user_model().objects.create_user(name, is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def agent():
+    agent = AgentFactory(slug="api-agent", executor="external")
+    for i in range(2):
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{V1}task-{i}"})
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+    return agent
+
+
+def test_preview_then_start_then_read_and_cut_over(agent):
+    api = _client("runner", "view_rebind", "run_rebind")
+    preview = api.post("/api/v1/rebinds/", {**MOVE, "preview": True}, format="json")
+    assert preview.status_code == 200, preview.content
+    assert (preview.json()["inFlight"], preview.json()["conflict"]) == (2, None)
+    assert not Rebind.objects.exists()
+    started = api.post("/api/v1/rebinds/", MOVE, format="json")
+    assert started.status_code == 201, started.content
+    rebind_id = started.json()["id"]
+    assert started.json()["state"] == RebindState.DRAINING
+    detail = api.get(f"/api/v1/rebinds/{rebind_id}").json()
+    assert len(detail["onOldVersion"]) == 2
+    assert detail["counts"]["noticePending"] == 2
+    listed = api.get("/api/v1/rebinds/", {"state": "draining"}).json()["results"]
+    assert [r["id"] for r in listed] == [rebind_id]
+    conflict = api.post("/api/v1/rebinds/", {"agent": "api-agent", "rotateKey": True})
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "conflict"
+    assert conflict.json()["error"]["rebind"] == rebind_id
+    cut = api.post(f"/api/v1/rebinds/{rebind_id}/cutover", format="json")
+    assert cut.json()["state"] == RebindState.CUT_OVER
+    again = api.post(f"/api/v1/rebinds/{rebind_id}/cutover", format="json")
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "illegal_transition"
+    actions = set(OperatorAction.objects.values_list("action", "actor"))
+    assert {("rebind_start", "api:runner"), ("rebind_cut_over", "api:runner")} <= actions
+
+
+def test_move_now_and_finish_on_old_through_the_api(agent):
+    api = _client("runner", "view_rebind", "run_rebind")
+    rebind_id = api.post("/api/v1/rebinds/", MOVE, format="json").json()["id"]
+    first, second = ChannelMove.objects.order_by("pk").values_list("pk", flat=True)
+    moved = api.post(f"/api/v1/rebinds/{rebind_id}/move-now", {"moves": [first]}, format="json")
+    kept = api.post(
+        f"/api/v1/rebinds/{rebind_id}/finish-on-old", {"moves": [second]}, format="json"
+    )
+    assert (moved.json(), kept.json()) == ({"changed": 1}, {"changed": 1})
+    states = dict(ChannelMove.objects.values_list("pk", "state"))
+    assert states == {first: "moved", second: "finishing_on_old"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"agent": "nobody", "rotateKey": True}, "agent"),
+        ({**MOVE, "movePrefix": {"old": V2, "new": V1}}, "move_from"),
+        ({"agent": "api-agent", "rotateKey": True, "deadlineSeconds": -1}, "deadline"),
+        ({"agent": "api-agent"}, "scope"),
+    ],
+)
+def test_refusals_are_400_with_the_field_and_write_nothing(agent, body, field):
+    api = _client("runner", "view_rebind", "run_rebind")
+    answer = api.post("/api/v1/rebinds/", body, format="json")
+    assert answer.status_code == 400, answer.content
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid", field)
+    assert error["message"]
+    assert not Rebind.objects.exists()
+
+
+def test_permissions_reading_needs_view_and_writing_needs_run_rebind(agent):
+    viewer = _client("viewer", "view_rebind")
+    nobody = _client("nobody")
+    assert viewer.get("/api/v1/rebinds/").status_code == 200
+    assert nobody.get("/api/v1/rebinds/").status_code == 403
+    assert viewer.post("/api/v1/rebinds/", MOVE, format="json").status_code == 403
+    assert not Rebind.objects.exists()
+    assert viewer.get("/api/v1/rebinds/not-a-uuid").status_code == 404
+    assert viewer.get("/api/v1/rebinds/", {"state": "sideways"}).status_code == 400
