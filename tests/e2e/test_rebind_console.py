@@ -1,0 +1,71 @@
+"""The rebind console in a real browser (Debian's chromium through Playwright, as
+tests/e2e/test_admin.py): start a drain through the wizard (form, then the confirmation with
+its checks and blast radius, then the rebind's page), then abort it from the list. A
+full-page screenshot of each step is saved under the test's tmp dir.
+
+DNS is the edge we do not own: the wizard's SSRF check resolves example.org names to a
+public address here (the live server runs in this process)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tasks import services
+from tasks.states import TaskState
+from tests.e2e.test_admin import PASSWORD, log_in, page  # noqa: F401 (the page fixture)
+from tests.factories import AgentFactory, user_message
+from webhooks import ssrf
+from webhooks.services import push_config_create
+
+V1 = "https://client.example.org/hooks/v1/"
+V2 = "https://client.example.org/hooks/v2/"
+
+
+@pytest.fixture
+def console_data(transactional_db, monkeypatch):
+    monkeypatch.setattr(ssrf, "resolve", lambda host, port: ["93.184.216.34"])
+    get_user_model().objects.create_superuser("admin", email="", password=PASSWORD)
+    agent = AgentFactory(slug="shop-bot", executor="external")
+    for i, state in enumerate((TaskState.WORKING, TaskState.INPUT_REQUIRED)):
+        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{V1}task-{i}"})
+        services.task_transition(task_id=task.pk, to_state=state)
+    return agent
+
+
+def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp_path):  # noqa: F811
+    log_in(page)
+    page.goto("/admin/webhooks/rebind/")
+    page.get_by_role("link", name="Start a rebind").click()
+    page.select_option("#id_agent", "shop-bot")
+    page.check("input[name=operations][value=move_prefix]")
+    page.fill("#id_move_from", V1)
+    page.fill("#id_move_to", V2)
+    page.fill("#id_deadline", "1h")
+    page.screenshot(path=str(tmp_path / "rebind-start.png"), full_page=True)
+    page.click("input[name=preview]")
+
+    summary = page.locator("#rebind-summary").inner_text()
+    assert "In-flight tasks on the old version: 2; input-required 1; working 1" in summary
+    assert "https://client.example.org:443" in summary
+    assert "No open rebind over this scope" in page.locator("#rebind-checks").inner_text()
+    assert page.locator("#rebind-tasks tbody tr").count() == 2
+    page.screenshot(path=str(tmp_path / "rebind-confirm.png"), full_page=True)
+    page.click("#rebind-confirm")
+
+    page.wait_for_selector("div.form-row.field-state")
+    assert "/change/" in page.url
+    assert "draining" in page.locator("div.form-row.field-state").inner_text()
+    moves = page.locator("#moves-group td.field-state").all_inner_texts()
+    assert moves == ["notice pending on the old channel"] * 2
+    page.screenshot(path=str(tmp_path / "rebind-page.png"), full_page=True)
+
+    page.goto("/admin/webhooks/rebind/")
+    page.check("#result_list tbody input.action-select")
+    page.select_option("select[name=action]", "abort")
+    page.click("button[name=index]")
+    assert ": aborted" in page.locator("ul.messagelist").inner_text()
+    assert "aborted" in page.locator("#result_list tbody td.field-state").inner_text()
+    page.screenshot(path=str(tmp_path / "rebind-aborted.png"), full_page=True)
+    assert all((tmp_path / f"rebind-{n}.png").stat().st_size > 0 for n in ("start", "aborted"))
