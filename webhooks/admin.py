@@ -27,6 +27,7 @@ from webhooks.models import (
     PushConfig,
     Rebind,
 )
+from webhooks.rebind_checks import rebind_preview
 from webhooks.rebind_machine import IllegalRebindTransition
 
 
@@ -295,7 +296,7 @@ class RebindAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             rebind_request = form.rebind_request()
             try:
-                preview = rebinds.rebind_preview(rebind_request)
+                preview = rebind_preview(rebind_request)
                 if request.POST.get("confirm") == "yes" and (
                     preview.conflict is None or rebind_request.force
                 ):

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
 from webhooks.models import PushConfig
-from webhooks.rebind import RebindRequest
+from webhooks.rebind_checks import RebindRequest
 
 _DURATION = re.compile(r"(?P<n>\d+)(?P<unit>[smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

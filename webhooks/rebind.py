@@ -11,9 +11,11 @@ in flight, in two phases, audited (DESIGN.md invariant 3; docs/rebinds.md).
     or    ──▶ cut over (policy cutover, the deadline action, or an operator): what is left on
               the old versions is orphaned, each config with a final notice on the old channel
 
-One service per transition, each one transaction (durable: never inside a caller's) with its
-OperatorAction row; `rebind_advance` is the idempotent step the beat monitor, the `rebind`
-command and the services themselves run: whatever a crash interrupted, it finishes.
+The request and every check made before anything changes (and the console's preview) are
+webhooks/rebind_checks.py. One service per transition, each one transaction (durable: never
+inside a caller's) with its OperatorAction row; `rebind_advance` is the idempotent step the
+beat monitor, the `rebind` command and the services themselves run: whatever a crash
+interrupted, it finishes.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from a2a_platform.lib import crypto
@@ -48,10 +48,10 @@ from agents.signing import (
 from tasks.models import Task
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks import channel_moves, heads, rebind_machine
-from webhooks.bindings import copied_fields, credentials_problem, normalize_origin
+from webhooks.bindings import copied_fields, normalize_origin
 from webhooks.channel_moves import Channels
 from webhooks.endpoint_health import alert_raise
-from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.errors import RebindNotFound
 from webhooks.models import (
     ON_OLD_MOVE_STATES,
     OPEN_DELIVERY_STATES,
@@ -68,8 +68,14 @@ from webhooks.models import (
     Rebind,
     RebindState,
 )
+from webhooks.rebind_checks import (
+    RebindRequest,
+    checked_seconds,
+    open_conflict,
+    precheck,
+    scope_filter,
+)
 from webhooks.selectors import rebind_counts
-from webhooks.ssrf import UnsafeDestination, check_url, parse_url
 from webhooks.wake import wake_on_commit
 
 logger = logging.getLogger(__name__)
@@ -79,47 +85,7 @@ TERMINAL = [s.value for s in TERMINAL_STATES]
 IN_FLIGHT = [s.value for s in TaskState if s not in TERMINAL_STATES]
 
 
-@dataclass(frozen=True)
-class RebindRequest:
-    """What an operator (command, admin, API) asks for. Scopes combine; at least one."""
-
-    agent: Agent
-    rotate_key: bool = False
-    move_from: str = ""
-    move_to: str = ""
-    move_origin: str = ""
-    config: PushConfig | None = None
-    new_url: str = ""
-    # With `config`: its new credentials (None: keep them; "" removes the token).
-    new_token: str | None = None
-    new_auth_scheme: str | None = None
-    new_credentials: str = ""
-    policy: str | None = None  # None: the agent's declared policy
-    finish_on_old: bool = False
-    deadline_seconds: int | None = None  # None: the agent's default
-    on_timeout: str | None = None  # None: the agent's declared action
-    at: datetime | None = None  # a future start (scheduled), else now
-    reason: str = ""
-    force: bool = False
-
-
 # --- reading a rebind's scope ----------------------------------------------------------------
-
-
-def _current_binding_filter(rebind: Rebind) -> Q:
-    """Configs whose current binding is on the old version of this rebind's scope."""
-    q = Q(
-        task__agent_id=rebind.agent_id,
-        deleted_at__isnull=True,
-        bindings__retired_at__isnull=True,  # its current binding: the one taking writes
-    )
-    if rebind.config_id:
-        q &= Q(pk=rebind.config_id)
-    if rebind.move_from and not rebind.rotate_key:
-        q &= Q(bindings__url__startswith=rebind.move_from)
-        if rebind.move_origin:
-            q &= Q(bindings__endpoint__origin=rebind.move_origin)
-    return q
 
 
 def _moving_url(rebind: Rebind, url: str) -> str:
@@ -163,113 +129,6 @@ def _channels(rebind: Rebind) -> Channels:
     )
 
 
-# --- pre-checks (before any side effect) -----------------------------------------------------
-
-
-def _parse_duration(value: int | None, default: int, field: str) -> int:
-    seconds = default if value is None else value
-    if seconds <= 0:
-        raise RebindInvalid(field, "must be a positive number of seconds (in the future)")
-    if seconds > settings.A2A_REBIND_MAX_DEADLINE_SECONDS:
-        raise RebindInvalid(
-            field, f"must be at most {settings.A2A_REBIND_MAX_DEADLINE_SECONDS} seconds"
-        )
-    return seconds
-
-
-def _check_target(url: str, field: str) -> None:
-    try:
-        check_url(url)
-    except UnsafeDestination as exc:
-        raise RebindInvalid(field, f"{url}: {exc}") from None
-
-
-def _precheck(req: RebindRequest) -> dict[str, Any]:
-    """Everything a rebind needs checked before it changes anything; raises RebindInvalid.
-    Resolves DNS for the new URLs: call it outside any transaction."""
-    policy = req.policy or req.agent.push_rebind_policy
-    if policy not in PushChannelPolicy.values:
-        raise RebindInvalid("policy", f"must be one of {', '.join(PushChannelPolicy.values)}")
-    on_timeout = req.on_timeout or req.agent.push_rebind_on_timeout
-    if on_timeout not in OnDrainTimeout.values:
-        raise RebindInvalid("on_timeout", f"must be one of {', '.join(OnDrainTimeout.values)}")
-    if req.finish_on_old and policy != PushChannelPolicy.DRAIN:
-        raise RebindInvalid("finish_on_old", "applies to a drain only")
-    deadline = _parse_duration(req.deadline_seconds, req.agent.push_rebind_deadline, "deadline")
-    now = timezone.now()
-    if req.at is not None and req.at <= now:
-        raise RebindInvalid("at", "the start time is in the past")
-    if not (req.rotate_key or req.move_from or req.move_to or req.config):
-        raise RebindInvalid("scope", "name at least one: rotate the key, move a prefix, a config")
-    if not req.agent.push_notifications_enabled and not req.rotate_key:
-        raise RebindInvalid("agent", f"agent {req.agent.slug!r} has push notifications off")
-    if bool(req.move_from) != bool(req.move_to):
-        raise RebindInvalid("move_prefix", "give both the old and the new prefix")
-    if req.move_from:
-        for field, prefix in (("move_from", req.move_from), ("move_to", req.move_to)):
-            parts = urlsplit(prefix)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise RebindInvalid(field, f"{prefix!r} is not an absolute http(s) URL prefix")
-        if req.move_from == req.move_to:
-            raise RebindInvalid("move_to", "is the same as the old prefix")
-    if req.config is not None:
-        if req.config.task.agent_id != req.agent.pk or req.config.deleted_at is not None:
-            raise RebindInvalid("config", f"agent {req.agent.slug!r} has no such live config")
-        if req.new_url:
-            try:
-                parse_url(req.new_url)
-            except UnsafeDestination as exc:
-                raise RebindInvalid("new_url", str(exc)) from None
-        problem = credentials_problem(
-            req.new_token or "", req.new_auth_scheme or "", req.new_credentials
-        )
-        if problem:
-            raise RebindInvalid(f"new_{problem[0]}", problem[1])
-    elif req.new_url or req.new_token is not None or req.new_auth_scheme is not None:
-        raise RebindInvalid("new_url", "replaces one config's URL or credentials: name the config")
-    origin = normalize_origin(req.move_origin) if req.move_origin else ""
-    # The configs in scope now, and every origin their moved URLs reach (checked once each).
-    live = PushBinding.objects.filter(
-        config__task__agent=req.agent,
-        config__deleted_at__isnull=True,
-        retired_at__isnull=True,
-    )
-    if req.config is not None:
-        live = live.filter(config=req.config)
-    if req.move_from:
-        matching = live.filter(url__startswith=req.move_from)
-        if origin:
-            matching = matching.filter(endpoint__origin=origin)
-        if not matching.exists():
-            raise RebindInvalid(
-                "move_from",
-                f"{req.move_from!r} matches no push config of agent {req.agent.slug!r}"
-                + (f" on {origin}" if origin else ""),
-            )
-        sample = matching.values_list("url", flat=True).first()
-        _check_target(req.move_to + sample[len(req.move_from) :], "move_to")
-    if req.new_url:
-        _check_target(req.new_url, "new_url")
-    return {"policy": policy, "on_timeout": on_timeout, "deadline": deadline, "origin": origin}
-
-
-def _overlap(other: Rebind, req: RebindRequest) -> str | None:
-    """How `req` overlaps an open rebind of the same agent, if it does."""
-    if req.rotate_key and other.rotate_key:
-        return "both rotate the signing key"
-    if req.config is not None and other.config_id == req.config.pk:
-        return "the same config"
-    if req.move_from and other.move_from:
-        a, b = req.move_from, other.move_from
-        if a.startswith(b) or b.startswith(a):
-            return f"prefixes {a!r} and {b!r} overlap"
-    if (req.rotate_key and (other.move_from or other.config_id)) or (
-        other.rotate_key and (req.move_from or req.config)
-    ):
-        return "one rotates the key of every channel the other moves"
-    return None
-
-
 def _touch_agent(agent_pk: int) -> None:
     """The card (its push-channel extension) and its ETag change with every rebind step."""
     Agent.objects.filter(pk=agent_pk).update(updated_at=timezone.now())
@@ -306,85 +165,6 @@ def _record(rebind: Rebind, actor: str, action: str, **extra: Any) -> None:
     )
 
 
-# --- the preview (reads only) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RebindPreview:
-    """What starting `request` would do, computed without writing anything: the checks run,
-    the open rebind it would conflict with, and its blast radius (configs and endpoints
-    affected, in-flight tasks on the old version by state, the first of them listed)."""
-
-    request: RebindRequest
-    policy: str
-    deadline_seconds: int
-    on_timeout: str
-    overlap_seconds: int  # how long the next key is published before it signs (0: no rotation)
-    conflict: RebindConflict | None
-    configs: int
-    in_flight_by_state: dict[str, int]
-    endpoints: list[str]
-    tasks: list[dict[str, Any]]
-
-    @property
-    def in_flight(self) -> int:
-        return sum(self.in_flight_by_state.values())
-
-
-def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview:
-    """Run every check `rebind_start` runs and measure what it would touch; raises
-    RebindInvalid like it. Writes nothing (the console's confirmation page)."""
-    checked = _precheck(req)
-    draft = Rebind(
-        agent=req.agent,
-        rotate_key=req.rotate_key,
-        move_from=req.move_from,
-        move_to=req.move_to,
-        move_origin=checked["origin"],
-        config=req.config,
-    )
-    scope = PushConfig.objects.filter(_current_binding_filter(draft))
-    in_flight = scope.exclude(task__state__in=TERMINAL)
-    by_state = dict(
-        in_flight.values_list("task__state").annotate(n=Count("id")).values_list("task__state", "n")
-    )
-    conflict = None
-    if not req.force:
-        for other in Rebind.objects.filter(agent=req.agent, state__in=OPEN_REBIND_STATES):
-            overlap = None if other.actor.startswith("client") else _overlap(other, req)
-            if overlap:
-                conflict = RebindConflict(other.pk, overlap)
-                break
-    listed = (
-        in_flight.select_related("task")
-        .order_by("task__created_at", "pk")
-        .values_list("task_id", "task__state", "config_id")[:list_limit]
-    )
-    return RebindPreview(
-        request=req,
-        policy=checked["policy"],
-        deadline_seconds=checked["deadline"],
-        on_timeout=checked["on_timeout"],
-        overlap_seconds=(
-            max(req.agent.push_rebind_min_overlap, req.agent.card_max_age) if req.rotate_key else 0
-        ),
-        conflict=conflict,
-        configs=scope.count(),
-        in_flight_by_state={TaskState(s).short: n for s, n in sorted(by_state.items())},
-        endpoints=sorted(
-            set(
-                PushBinding.objects.filter(config__in=scope, retired_at__isnull=True).values_list(
-                    "endpoint__origin", flat=True
-                )
-            )
-        ),
-        tasks=[
-            {"task": str(task), "state": TaskState(state).short, "config": config}
-            for task, state, config in listed
-        ],
-    )
-
-
 # --- the operations --------------------------------------------------------------------------
 
 
@@ -393,16 +173,13 @@ def rebind_start(req: RebindRequest, *, actor: str) -> Rebind:
     two rebinds over the same scope cannot both open) write the Rebind row and, for a start
     now, publish the new key. Then advance it as far as it can go at once: a rebind without
     a key rotation is draining (or cut over) on return. Raises RebindInvalid, RebindConflict."""
-    checked = _precheck(req)
+    checked = precheck(req)
     now = timezone.now()
     with transaction.atomic(durable=True):
         agent = Agent.objects.select_for_update().get(pk=req.agent.pk)
-        for other in Rebind.objects.filter(agent=agent, state__in=OPEN_REBIND_STATES):
-            if other.actor.startswith("client") or req.force:
-                continue
-            overlap = _overlap(other, req)
-            if overlap:
-                raise RebindConflict(other.pk, overlap)
+        conflict = open_conflict(req)
+        if conflict is not None:
+            raise conflict
         rebind = Rebind.objects.create(
             agent=agent,
             rotate_key=req.rotate_key,
@@ -604,7 +381,7 @@ def _plan_batch(pk: object) -> bool:
         ):
             return True
         candidates = list(
-            PushConfig.objects.filter(_current_binding_filter(rebind))
+            PushConfig.objects.filter(scope_filter(rebind))
             .filter(bindings__created_at__lte=rebind.cutoff)
             .exclude(task__state__in=TERMINAL)
             .exclude(moves__rebind=rebind)
@@ -834,7 +611,7 @@ def rebind_cutover(pk: object, *, actor: str) -> Rebind:
 
 def rebind_extend(pk: object, *, seconds: int, actor: str) -> Rebind:
     """Push a draining rebind's deadline back by `seconds` (its alerts start over)."""
-    seconds = _parse_duration(seconds, seconds, "seconds")
+    seconds = checked_seconds(seconds, seconds, "seconds")
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
         _extend(rebind, seconds, actor, timezone.now())

@@ -21,6 +21,7 @@ from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
 from webhooks import rebind as rebinds
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
 from webhooks.models import PushConfig, Rebind, RebindState
+from webhooks.rebind_checks import RebindPreview, RebindRequest, rebind_preview
 from webhooks.rebind_machine import IllegalRebindTransition
 from webhooks.selectors import rebind_stragglers
 
@@ -115,7 +116,7 @@ class StartSerializer(serializers.Serializer):
     force = serializers.BooleanField(default=False)
     preview = serializers.BooleanField(default=False, help_text="check and measure, write nothing")
 
-    def rebind_request(self) -> rebinds.RebindRequest:
+    def rebind_request(self) -> RebindRequest:
         data = self.validated_data
         agent = Agent.objects.filter(slug=data["agent"]).first()
         if agent is None:
@@ -129,7 +130,7 @@ class StartSerializer(serializers.Serializer):
             ).first()
             if config is None:
                 raise RebindInvalid("config", f"agent {agent.slug!r} has no such config")
-        return rebinds.RebindRequest(
+        return RebindRequest(
             agent=agent,
             rotate_key=data["rotateKey"],
             move_from=move.get("old", ""),
@@ -174,12 +175,12 @@ class RebindList(RebindView):
         body.is_valid(raise_exception=True)
         req = body.rebind_request()
         if body.validated_data["preview"]:
-            return Response(_preview_json(rebinds.rebind_preview(req)))
+            return Response(_preview_json(rebind_preview(req)))
         rebind = rebinds.rebind_start(req, actor=self.actor)
         return Response(RebindSerializer(rebind).data, status=status.HTTP_201_CREATED)
 
 
-def _preview_json(preview: rebinds.RebindPreview) -> dict:
+def _preview_json(preview: RebindPreview) -> dict:
     return {
         "policy": preview.policy,
         "deadlineSeconds": preview.deadline_seconds,

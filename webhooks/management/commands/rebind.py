@@ -20,6 +20,7 @@ from webhooks import rebind as rebinds
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
 from webhooks.forms import parse_duration
 from webhooks.models import PushConfig, Rebind, RebindState
+from webhooks.rebind_checks import RebindRequest
 from webhooks.rebind_machine import IllegalRebindTransition
 from webhooks.selectors import rebind_stragglers
 
@@ -113,7 +114,7 @@ class Command(BaseCommand):
 
     # --- subcommands ---------------------------------------------------------------------
 
-    def _request(self, opts) -> rebinds.RebindRequest:
+    def _request(self, opts) -> RebindRequest:
         agent = Agent.objects.filter(slug=opts["agent"]).first()
         if agent is None:
             raise RebindInvalid("agent", f"no agent {opts['agent']!r}")
@@ -130,7 +131,7 @@ class Command(BaseCommand):
             if config is None:
                 raise RebindInvalid("config", f"agent {agent.slug!r} has no config {config_id!r}")
         old, new = opts["move_prefix"] or ("", "")
-        return rebinds.RebindRequest(
+        return RebindRequest(
             agent=agent,
             rotate_key=opts["rotate_key"],
             move_from=old,
