@@ -112,4 +112,8 @@ def test_operators_can_leave_vacuuming_to_their_own_schedule(config, settings):
     churn(config, QUEUE_TABLES[TABLE] + 200)
     dead, vacuums = table_stats()
     assert vacuum_queue_tables() == []
-    assert table_stats() == (dead, vacuums)
+    dead_after, vacuums_after = table_stats()
+    assert vacuums_after == vacuums  # no vacuum ran
+    # and none removed the dead rows (their count only grows while PostgreSQL 15 flushes
+    # late table counters: one CI run under load saw it rise between the two reads)
+    assert dead_after >= dead
