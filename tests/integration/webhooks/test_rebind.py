@@ -14,11 +14,13 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from a2a.types import a2a_pb2
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
+from google.protobuf import json_format
 
 from a2a_platform.lib.crypto import decrypt
 from a2a_platform.protocol import context
@@ -150,9 +152,15 @@ def test_drain_moves_each_task_after_its_notice_is_delivered_on_the_old_path(age
     for i in range(3):
         mine = [s for s in sent if s[0].endswith(f"task-{i}")]
         assert mine == [(f"{V1}task-{i}", "notice", 2), (f"{V2}task-{i}", "status", 3)]
-    notice = json.loads(Delivery.objects.filter(kind="notice").first().body)["statusUpdate"]
+    body = Delivery.objects.filter(kind="notice").first().body
+    notice = json.loads(body)["statusUpdate"]
     payload = notice["metadata"][URI]
     assert notice["status"]["state"] == "TASK_STATE_WORKING"
+    # The official SDK's types read it as a plain status update (the extension is metadata).
+    parsed = json_format.ParseDict(json.loads(body), a2a_pb2.StreamResponse())
+    assert parsed.WhichOneof("payload") == "status_update"
+    assert parsed.status_update.status.state == a2a_pb2.TASK_STATE_WORKING
+    assert parsed.status_update.metadata[URI]["notice"] == "channel-changed"
     assert payload["notice"] == "channel-changed"
     assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/"
     assert payload["newChannel"]["origin"] == "https://client.example.org:443"
