@@ -6,8 +6,13 @@ class WebhooksConfig(AppConfig):
     verbose_name = "Webhooks"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from tasks.hooks import register_event_hook
         from webhooks import signals  # noqa: F401 (worker start re-enqueues the backlog)
+        from webhooks.operator_groups import sync_groups
         from webhooks.services import on_task_event
 
         register_event_hook(on_task_event)
+        # After every app's permissions exist (each migrate's last post_migrate: ours).
+        post_migrate.connect(sync_groups, sender=self, dispatch_uid="webhooks.operator_groups")

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from a2a.types import a2a_pb2
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
@@ -46,6 +46,7 @@ from webhooks.models import (
     Rebind,
     RebindState,
 )
+from webhooks.operator_groups import sync_groups
 from webhooks.rebind import (
     RebindRequest,
     card_age_check,
@@ -820,3 +821,26 @@ def test_move_now_activates_without_the_notice_and_finish_on_old_keeps_the_old_c
     assert (rebind.counts["moved"], rebind.counts["finishedOnOld"]) == (1, 1)
     listing = admin_client.get(f"/admin/webhooks/channelmove/?rebind__id__exact={rebind.pk}")
     assert listing.status_code == 200
+
+
+def test_the_operator_groups_grant_what_their_names_say(agent, client):
+    sync_groups()  # as after every migrate (idempotent)
+    sync_groups()
+    perms = {
+        g.name: set(g.permissions.values_list("codename", flat=True))
+        for g in Group.objects.filter(name__in=["viewer", "operator", "rebind operator"])
+    }
+    assert "view_rebind" in perms["viewer"]
+    assert not any(p.startswith(("change_", "add_", "delete_")) for p in perms["viewer"])
+    assert {"change_delivery", "change_endpoint"} <= perms["operator"]
+    assert "run_rebind" not in perms["operator"]
+    assert perms["rebind operator"] == perms["operator"] | {"run_rebind"}
+    user = get_user_model().objects.create_user("ops", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="rebind operator"))
+    client.force_login(user)
+    assert client.get("/admin/webhooks/rebind/start/").status_code == 200
+    viewer = get_user_model().objects.create_user("eyes", password="pw", is_staff=True)
+    viewer.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(viewer)
+    assert client.get("/admin/webhooks/rebind/start/").status_code == 403
+    assert client.get("/admin/webhooks/delivery/").status_code == 200
