@@ -45,10 +45,12 @@ def sync_groups(**_) -> None:
     """Create or update the three groups (a post_migrate receiver)."""
     from django.contrib.auth.models import Group, Permission
 
+    known = {
+        (app, codename): pk
+        for pk, app, codename in Permission.objects.filter(
+            content_type__app_label__in={app for group in GROUPS.values() for app, _ in group}
+        ).values_list("pk", "content_type__app_label", "codename")
+    }
     for name, wanted in GROUPS.items():
         group, _ = Group.objects.get_or_create(name=name)
-        perms = [
-            Permission.objects.filter(content_type__app_label=app, codename=codename).first()
-            for app, codename in wanted
-        ]
-        group.permissions.set([p for p in perms if p is not None])
+        group.permissions.set([known[key] for key in wanted if key in known])
