@@ -691,8 +691,7 @@ def rebind_moves_finish_on_old(pk: object, *, move_pks: list[int], actor: str) -
     now = timezone.now()
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
-        if rebind.state != RebindState.DRAINING:
-            raise rebind_machine.IllegalRebindTransition("finish_on_old", rebind.state)
+        rebind_machine.check("finish_on_old", rebind.state)
         count = _revert_pending(
             rebind,
             now,
@@ -712,8 +711,7 @@ def rebind_moves_now(pk: object, *, move_pks: list[int], actor: str) -> int:
     now = timezone.now()
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
-        if rebind.state != RebindState.DRAINING:
-            raise rebind_machine.IllegalRebindTransition("move_now", rebind.state)
+        rebind_machine.check("move_now", rebind.state)
         moves = _locked_moves(
             ChannelMove.objects.filter(
                 rebind=rebind, pk__in=move_pks, state__in=ON_OLD_MOVE_STATES
@@ -749,8 +747,7 @@ def rebind_orphans(pk: object, *, actor: str) -> int:
     now = timezone.now()
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
-        if rebind.state != RebindState.CUT_OVER:
-            raise rebind_machine.IllegalRebindTransition("rebind_orphans", rebind.state)
+        rebind_machine.check("rebind_orphans", rebind.state)
         moves = _locked_moves(
             ChannelMove.objects.filter(rebind=rebind, state=MoveState.ORPHANED).select_related(
                 "new_binding"

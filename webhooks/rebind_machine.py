@@ -5,7 +5,8 @@ Django, like tasks/state_machine.py). webhooks/rebind.py calls `check` before ev
         │                    │  └──cut_over──▶ cut_over ◀──cut_over──┘   │
         └──abort──▶ aborted ◀┴──abort─────────────────────abort──────────┘
 
-`extend` keeps a draining rebind draining (once). A rebind whose policy is cutover goes from
+`extend`, `move_now` and `finish_on_old` keep a draining rebind draining; `rebind_orphans`
+keeps a cut-over one cut over. A rebind whose policy is cutover goes from
 preparing straight to cut_over. completed, cut_over and aborted are final.
 """
 
@@ -27,6 +28,10 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "complete": {DRAINING: COMPLETED},
     "cut_over": {PREPARING: CUT_OVER, DRAINING: CUT_OVER},
     "extend": {DRAINING: DRAINING},
+    # Decisions on single tasks of a draining rebind; re-binding a cut-over one's orphans.
+    "move_now": {DRAINING: DRAINING},
+    "finish_on_old": {DRAINING: DRAINING},
+    "rebind_orphans": {CUT_OVER: CUT_OVER},
     "abort": {SCHEDULED: ABORTED, PREPARING: ABORTED, DRAINING: ABORTED},
 }
 
