@@ -117,6 +117,10 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
             "timeout": env.int("A2A_DB_POOL_TIMEOUT", default=10),
         }
         _db["CONN_MAX_AGE"] = 0
+        # The pool checks a connection before lending it (psycopg_pool's check_connection):
+        # after a PostgreSQL restart its idle connections are dead and are discarded, not
+        # handed to a request (issue 20).
+        _db["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
