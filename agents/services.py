@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from a2a_platform.lib.crypto import token_digest, token_matches, token_new, token_prefix
 from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind
 from agents.signing import signing_key_create_for_new_agent
 
@@ -70,10 +68,6 @@ def agent_create(
     return agent
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class NewApiKey:
     key: ApiKey
@@ -84,10 +78,9 @@ def api_key_create(*, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT) ->
     """A random 256-bit token `a2a_<prefix>_<secret>`; only its SHA-256 digest is stored."""
     if kind not in ApiKeyKind.values:
         raise AgentError(f"kind must be one of {', '.join(ApiKeyKind.values)}")
-    prefix = secrets.token_hex(6)
-    token = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    prefix, token = token_new(TOKEN_PREFIX)
     key = ApiKey.objects.create(
-        agent=agent, kind=kind, name=name[:200], prefix=prefix, digest=_digest(token)
+        agent=agent, kind=kind, name=name[:200], prefix=prefix, digest=token_digest(token)
     )
     return NewApiKey(key=key, token=token)
 
@@ -107,16 +100,15 @@ def api_key_revoke(*, key_id: object) -> ApiKey:
 
 def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
     """The live key of `kind` this token belongs to, or None. Constant-time digest compare."""
-    # The secret is token_urlsafe, whose alphabet includes "_": split off the prefix only.
-    parts = token.split("_", 2)
-    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 12:
+    prefix = token_prefix(token, TOKEN_PREFIX)
+    if prefix is None:
         return None
     key = (
         ApiKey.objects.select_related("agent")
-        .filter(prefix=parts[1], kind=kind, revoked_at__isnull=True)
+        .filter(prefix=prefix, kind=kind, revoked_at__isnull=True)
         .first()
     )
-    if key is None or not hmac.compare_digest(key.digest, _digest(token)):
+    if key is None or not token_matches(key.digest, token):
         return None
     now = timezone.now()
     # Bookkeeping write throttled to once a minute per key.

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
+import hmac
+import secrets
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -99,3 +102,33 @@ def rotate(token: str) -> str:
             "secret could not be re-encrypted: the token is corrupted or tampered with, or its "
             "key is no longer in A2A_SECRETS_KEYS"
         ) from None
+
+
+# --- Bearer secrets stored as digests (A2A API keys, management API tokens) ----------------
+# `<label>_<prefix>_<secret>`: a random 256-bit secret; only its SHA-256 digest is stored and
+# the public 12-character prefix finds the row (an index hit, not a scan or a slow hash).
+TOKEN_PREFIX_LENGTH = 12
+
+
+def token_new(label: str) -> tuple[str, str]:
+    """A new bearer token `<label>_<prefix>_<secret>`: returns (prefix, token)."""
+    prefix = secrets.token_hex(TOKEN_PREFIX_LENGTH // 2)
+    return prefix, f"{label}_{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_prefix(token: str, label: str) -> str | None:
+    """The prefix of a token shaped `<label>_<prefix>_<secret>`, or None for any other shape."""
+    # The secret is token_urlsafe, whose alphabet includes "_": split off the prefix only.
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != label or len(parts[1]) != TOKEN_PREFIX_LENGTH:
+        return None
+    return parts[1]
+
+
+def token_matches(digest: str, token: str) -> bool:
+    """Constant-time comparison of a stored digest with a presented token's."""
+    return hmac.compare_digest(digest, token_digest(token))
