@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
+from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
 from tasks.states import SETTLED_STATES, TaskState
 from tasks.task_store import get_task_store
@@ -139,3 +140,64 @@ def consistent_reads() -> Iterator[None]:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
+
+
+# --- the management API's reads (operators see every owner's tasks) -------------------------
+
+# The orderings a task list may ask for; each ends with the id in the same direction, so a
+# keyset cursor over it never repeats or skips a task.
+TASK_ORDERINGS = (
+    "-updated_at",
+    "updated_at",
+    "-created_at",
+    "created_at",
+    "-status_timestamp",
+    "status_timestamp",
+)
+
+
+def task_orphaned_q() -> Q:
+    """The one definition of an orphaned task: a rebind's cutover left one of its push
+    channels orphaned (the mark `webhooks.channel_moves.mark_orphaned` writes under the
+    push-channel extension's URI) and no operator has re-bound it yet."""
+    return Q(metadata__contains={PUSH_CHANNEL_URI: {"orphaned": True}})
+
+
+def task_list(
+    *,
+    agent_slug: str | None = None,
+    state: str | None = None,
+    context_id: str | None = None,
+    orphaned: bool | None = None,
+    updated_since: datetime | None = None,
+    ordering: str = "-updated_at",
+) -> QuerySet[Task]:
+    """Every owner's tasks, filtered by what is given, in `ordering` (one of TASK_ORDERINGS)
+    with the id as its tie-break. `updated_since`: a task event (status, artifact, message)
+    was written at or after it."""
+    if ordering not in TASK_ORDERINGS:
+        raise ValueError(f"ordering must be one of {', '.join(TASK_ORDERINGS)}")
+    qs = Task.objects.select_related("agent")
+    if agent_slug is not None:
+        qs = qs.filter(agent__slug=agent_slug)
+    if state is not None:
+        qs = qs.filter(state=state)
+    if context_id is not None:
+        qs = qs.filter(context_id=context_id)
+    if orphaned is True:
+        qs = qs.filter(task_orphaned_q())
+    elif orphaned is False:
+        qs = qs.exclude(task_orphaned_q())
+    if updated_since is not None:
+        qs = qs.filter(updated_at__gte=updated_since)
+    tie = "-id" if ordering.startswith("-") else "id"
+    return qs.order_by(ordering, tie)
+
+
+def task_read(task_id: object) -> Task | None:
+    """One task of any agent and owner with its agent (an operator's read); None for an
+    unknown or malformed id."""
+    pk = _uuid(task_id)
+    if pk is None:
+        return None
+    return Task.objects.select_related("agent").filter(pk=pk).first()

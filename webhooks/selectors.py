@@ -3,11 +3,13 @@ the operators' API. No writes here (webhooks/services.py, webhooks/delivery.py).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from agents.card_render import PUSH_CHANNEL_URI
@@ -18,10 +20,13 @@ from tasks.states import TERMINAL_STATES, TaskState
 from webhooks.models import (
     CONFIG_ID,
     ON_OLD_MOVE_STATES,
+    OPEN_DELIVERY_STATES,
     OPEN_REBIND_STATES,
     ChannelMove,
     Delivery,
+    DeliveryAttempt,
     DeliveryState,
+    Endpoint,
     MoveState,
     PushBinding,
     PushConfig,
@@ -226,3 +231,228 @@ def live_and_published_keys(agent: Agent) -> list[SigningKey]:
             state__in=[SigningKeyState.PUBLISHED, SigningKeyState.ACTIVE, SigningKeyState.RETIRING],
         ).order_by("-created_at", "-id")
     )
+
+
+# --- the management API: push configs, channel history, endpoint health ---------------------
+
+
+def binding_secrets_masked(binding: PushBinding) -> dict[str, Any]:
+    """What an operator may see of a binding's credentials: whether a token is set, the
+    authentication scheme and whether credentials are set. Never the secret, nor part of it:
+    nothing is decrypted here (docs/decisions.md, issue 17)."""
+    out: dict[str, Any] = {"token": "set" if binding.token_encrypted else None}
+    out["authentication"] = (
+        {
+            "scheme": binding.auth_scheme,
+            "credentials": "set" if binding.credentials_encrypted else None,
+        }
+        if binding.auth_scheme or binding.credentials_encrypted
+        else None
+    )
+    return out
+
+
+def task_push_configs(task: Task, *, include_deleted: bool = True) -> list[PushConfig]:
+    """The task's push configs by id, each with its binding versions (oldest first) and their
+    endpoints prefetched; deleted ones too unless told otherwise (their history stays)."""
+    qs = PushConfig.objects.filter(task=task)
+    if not include_deleted:
+        qs = qs.filter(deleted_at__isnull=True)
+    versions = PushBinding.objects.select_related("endpoint").order_by("version")
+    return list(qs.prefetch_related(Prefetch("bindings", queryset=versions)).order_by("config_id"))
+
+
+def task_push_config(task: Task, config_id: str) -> PushConfig | None:
+    """One config of the task (deleted ones too) with its versions; None when unknown."""
+    if not CONFIG_ID.fullmatch(config_id):  # never stored
+        return None
+    versions = PushBinding.objects.select_related("endpoint").order_by("version")
+    return (
+        PushConfig.objects.filter(task=task, config_id=config_id)
+        .prefetch_related(Prefetch("bindings", queryset=versions))
+        .first()
+    )
+
+
+def binding_status(binding: PushBinding) -> str:
+    """Where a binding version stands: `active` (takes deliveries), `waiting` (a rebind made
+    it; it waits for its notice or an operator's re-bind), `retired`, or `retired_unused`
+    (replaced before it ever took a delivery)."""
+    if binding.retired_at is not None:
+        return "retired" if binding.activated_at is not None else "retired_unused"
+    return "active" if binding.activated_at is not None else "waiting"
+
+
+def _notice_kind(body: str) -> str:
+    """The notice's kind (channel-changed, channel-orphaned) from its StreamResponse body."""
+    try:
+        payload = json.loads(body)["statusUpdate"]["metadata"][PUSH_CHANNEL_URI]
+        return str(payload["notice"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def task_channel_history(task: Task) -> dict[str, Any]:
+    """A task's push channel history, in time order: each config's binding versions (when
+    made, activated, retired; credentials masked), the rebinds' moves of its configs (old and
+    new version, outcome, times) and the channel notices sent on the old versions. Four
+    queries whatever the history's length."""
+    configs = task_push_configs(task)
+    by_pk = {c.pk: c for c in configs}
+    versions = [
+        {
+            "configId": c.config_id,
+            "version": b.version,
+            "channel": f"{c.config_id}.v{b.version}",
+            "status": binding_status(b),
+            "url": b.url,
+            "endpoint": b.endpoint.origin,
+            **binding_secrets_masked(b),
+            "createdAt": b.created_at,
+            "activatedAt": b.activated_at,
+            "retiredAt": b.retired_at,
+        }
+        for c in configs
+        for b in c.bindings.all()
+    ]
+    versions.sort(key=lambda v: (v["createdAt"], v["configId"], v["version"]))
+    version_of = {b.pk: b.version for c in configs for b in c.bindings.all()}
+    moves = list(ChannelMove.objects.filter(task=task).select_related("rebind").order_by("id"))
+    move_rows = [
+        {
+            "rebindId": str(m.rebind_id),
+            "rebindState": m.rebind.state,
+            "configId": by_pk[m.config_id].config_id,
+            "fromVersion": version_of.get(m.old_binding_id),
+            "toVersion": version_of.get(m.new_binding_id),
+            "state": m.state,
+            "fromSeq": m.from_seq,
+            "notice": None,  # its event id, filled in from the notices below
+            "createdAt": m.created_at,
+            "finishedAt": m.finished_at,
+        }
+        for m in moves
+    ]
+    notice_of_move = {m.notice_id: i for i, m in enumerate(moves) if m.notice_id}
+    notices = Delivery.objects.filter(task=task, kind="notice").order_by("id")
+    notice_rows = []
+    for n in notices:
+        if n.pk in notice_of_move:
+            move_rows[notice_of_move[n.pk]]["notice"] = str(n.event_id)
+        notice_rows.append(
+            {
+                "id": str(n.event_id),
+                "kind": _notice_kind(n.body),
+                "configId": by_pk[n.config_id].config_id if n.config_id in by_pk else None,
+                "version": version_of.get(n.binding_id),
+                "state": n.state,
+                "attempts": n.attempts,
+                "lastError": n.last_error,
+                "createdAt": n.created_at,
+                "finishedAt": n.finished_at,
+            }
+        )
+    return {"versions": versions, "moves": move_rows, "notices": notice_rows}
+
+
+# The window an endpoint's success rate and latency are measured over.
+ENDPOINT_HEALTH_WINDOW = timedelta(hours=1)
+
+
+def endpoint_list(*, paused: bool | None = None, failing: bool | None = None) -> QuerySet[Endpoint]:
+    """Endpoints by origin, filtered by pause state and failure streak when given."""
+    qs = Endpoint.objects.all()
+    if paused is not None:
+        qs = qs.filter(paused_at__isnull=not paused)
+    if failing is True:
+        qs = qs.filter(consecutive_failures__gt=0)
+    elif failing is False:
+        qs = qs.filter(consecutive_failures=0)
+    return qs.order_by("origin", "id")
+
+
+def endpoint_read(endpoint_pk: object) -> Endpoint | None:
+    try:
+        pk = int(str(endpoint_pk))
+    except ValueError:
+        return None
+    if not 0 < pk < 2**63:
+        return None
+    return Endpoint.objects.filter(pk=pk).first()
+
+
+def endpoint_health(endpoints: Iterable[Endpoint], now: datetime | None = None) -> dict[int, dict]:
+    """Per endpoint (by pk): whether it is paused (since when, why), failing (the streak, since
+    when: its first failed attempt after its last success), what it owes (open and held
+    deliveries), and over ENDPOINT_HEALTH_WINDOW its finished attempts, their success rate
+    (2xx answers) and mean and worst latency. Four grouped queries for any number of
+    endpoints."""
+    now = now or timezone.now()
+    rows = {e.pk: e for e in endpoints}
+    pks = list(rows)
+    window_start = now - ENDPOINT_HEALTH_WINDOW
+    attempts = {
+        r["delivery__binding__endpoint_id"]: r
+        for r in DeliveryAttempt.objects.filter(
+            delivery__binding__endpoint_id__in=pks,
+            started_at__gte=window_start,
+            duration_ms__isnull=False,
+        )
+        .values("delivery__binding__endpoint_id")
+        .annotate(
+            total=Count("id"),
+            ok=Count("id", filter=Q(status__gte=200, status__lt=300)),
+            mean=Avg("duration_ms"),
+            worst=Max("duration_ms"),
+        )
+        .order_by()
+    }
+    owed: dict[int, dict[str, int]] = {pk: {} for pk in pks}
+    for endpoint_pk, state, n in (
+        Delivery.objects.filter(
+            binding__endpoint_id__in=pks,
+            state__in=[*OPEN_DELIVERY_STATES, DeliveryState.HELD],
+        )
+        .values_list("binding__endpoint_id", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        owed[endpoint_pk][state] = n
+    failing = [pk for pk, e in rows.items() if e.consecutive_failures]
+    last_ok = "delivery__binding__endpoint__last_success_at"
+    since = dict(
+        DeliveryAttempt.objects.filter(
+            Q(**{f"{last_ok}__isnull": True}) | Q(started_at__gt=F(last_ok)),
+            delivery__binding__endpoint_id__in=failing,
+            duration_ms__isnull=False,
+        )
+        .exclude(status__gte=200, status__lt=300)
+        .values_list("delivery__binding__endpoint_id")
+        .annotate(first=Min("started_at"))
+        .values_list("delivery__binding__endpoint_id", "first")
+        .order_by()
+    )
+    out: dict[int, dict] = {}
+    for pk, e in rows.items():
+        a = attempts.get(pk)
+        out[pk] = {
+            "paused": e.paused_at is not None,
+            "pausedAt": e.paused_at,
+            "pausedReason": e.paused_reason,
+            "failing": e.consecutive_failures > 0,
+            "consecutiveFailures": e.consecutive_failures,
+            "failingSince": since.get(pk) if e.consecutive_failures else None,
+            "lastSuccessAt": e.last_success_at,
+            "lastFailureAt": e.last_failure_at,
+            "pending": owed[pk].get(DeliveryState.PENDING, 0),
+            "sending": owed[pk].get(DeliveryState.SENDING, 0),
+            "held": owed[pk].get(DeliveryState.HELD, 0),
+            "lastHour": {
+                "attempts": a["total"] if a else 0,
+                "succeeded": a["ok"] if a else 0,
+                "successRate": round(a["ok"] / a["total"], 4) if a else None,
+                "meanLatencyMs": round(a["mean"], 1) if a else None,
+                "maxLatencyMs": round(a["worst"], 1) if a else None,
+            },
+        }
+    return out
