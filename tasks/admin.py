@@ -2,8 +2,8 @@
 
 from django.contrib import admin
 
-from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
+from tasks.selectors import task_orphaned_q
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -56,7 +56,7 @@ class OrphanedFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "orphaned":
-            return queryset.filter(metadata__contains={PUSH_CHANNEL_URI: {"orphaned": True}})
+            return queryset.filter(task_orphaned_q())
         return queryset
 
 
