@@ -63,8 +63,13 @@ def manage(database_url: str, *args: str) -> str:
 
 
 class Procs:
-    def __init__(self) -> None:
+    """Platform processes for a bench. `prefix` goes before every command (e.g. `taskset -c 0`
+    to pin the server side); `env`, when given, replaces the environment each one gets."""
+
+    def __init__(self, prefix: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.prefix = prefix or []
+        self.env = env
 
     def start(
         self, cmd: list[str], env: dict[str, str], name: str | None = None
@@ -74,7 +79,12 @@ class Procs:
         name = name or f"{Path(cmd[0]).name}-{len(self.procs)}"
         log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [*self.prefix, *cmd],
+            cwd=ROOT,
+            env=self.env or env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs.append(proc)
         return proc

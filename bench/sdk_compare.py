@@ -1,0 +1,357 @@
+"""The platform against the official a2a-sdk's own server, side by side in one run (figures only).
+
+    .venv/bin/python bench/sdk_compare.py [--duration 15] [--warmup 3] [--connections 16]
+                                          [--web-workers 1] [--workers 1] [--sdk-sqlite]
+
+Starts, one after the other on the same machine:
+- the platform: a PostgreSQL server of the bench's own (initdb into a temporary directory,
+  default durability: fsync and synchronous_commit on), uvicorn serving the ASGI app, a Celery
+  worker on every queue and beat, in the production profile (DEBUG off, caches on);
+- the SDK: bench/sdk_server.py, its `DefaultRequestHandler` over `InMemoryTaskStore` (and,
+  with --sdk-sqlite, over its SQLite `DatabaseTaskStore`), an echo agent in-process.
+
+On a machine with two cores or more the server side (all its processes, PostgreSQL included)
+is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Each figure is a
+closed loop of --connections connections for --duration seconds after a --warmup run. The
+platform's figures are durable: the task, its events and its outbox rows are committed before
+the answer that depends on them. Printed: req/s, p50/p99, the load generator's CPU use (it
+must not be the bottleneck), and the platform/SDK ratio against the targets of issue 19.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx  # noqa: E402
+from common import ROOT, Procs, free_port, manage, platform_env, purge_broker  # noqa: E402
+from protocol_bench import _ms, drain_queue, wait_ready  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+SEND = str(HERE / "send_message.lua")
+
+# Issue 19's targets: the platform's figure over the SDK in-memory server's, in the same run.
+TARGETS = {
+    "SendMessage returnImmediately": 1.0,
+    "GetTask": 1.0,
+    "SendMessage blocking (echo)": 1.0,
+    "echo tasks completed /s": 0.5,
+    "agent card": 4.0,
+}
+
+
+def pinned(cpu: int | None) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if cpu is not None else []
+
+
+@contextlib.contextmanager
+def own_postgres(cpu: int | None):
+    """A PostgreSQL server of the bench's own, pinned to `cpu`; yields its URL."""
+    root = Path(tempfile.mkdtemp(prefix="a2a-bench-pg-"))
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_postgres:
+        shutil.chown(root, "postgres")
+        shutil.chown(sock, "postgres")
+    port = free_port()
+    subprocess.run(
+        [*as_postgres, str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
+        check=True,
+        capture_output=True,
+    )
+    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    subprocess.run(
+        [*pinned(cpu), *as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-w"]
+        + ["-l", str(root / "log"), "start"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield f"postgres://postgres@127.0.0.1:{port}"
+    finally:
+        subprocess.run(
+            [*as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: str) -> dict:
+    """One closed-loop wrk run; also the CPU seconds wrk used (user + system)."""
+    cmd = [*pinned(cpu), "wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:.0f}s"]
+    cmd += ["--latency", "--timeout", "60s", "-H", "A2A-Version: 1.0"]
+    if "A2A_TOKEN" in env:
+        cmd += ["-H", f"Authorization: Bearer {env['A2A_TOKEN']}"]
+    cmd += ["-s", script] if script else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(
+        [*cmd, url], capture_output=True, text=True, env={**os.environ, **env}, check=True
+    ).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "p50": _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1)),
+        "p99": _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1)),
+        "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+        "errors": int(bad.group(1)) if bad else 0,
+        "load_cpu": cpu_s / args.duration,
+    }
+
+
+def measure(name: str, url: str, args, *, cpu: int | None, **kw) -> dict:
+    warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+    wrk(url, warm, cpu=cpu, **{**kw, "A2A_RUN": f"w{time.time_ns()}"} if "script" in kw else kw)
+    if "script" in kw:
+        kw = {**kw, "A2A_RUN": f"r{time.time_ns()}"}
+    r = wrk(url, args, cpu=cpu, **kw)
+    if r["errors"] and "script" not in kw:
+        sample = httpx.get(url, headers={"A2A-Version": "1.0", **_auth(kw)}, timeout=30)
+        print(f"  ({name}: a sample refusal: {sample.status_code} {sample.text[:200]!r})")
+    print(
+        f"  {name:<32} {r['rps']:>8.0f} req/s  p50 {r['p50']:>7.1f} ms  p99 {r['p99']:>7.1f} ms"
+        f"  {r['requests']:>7} requests, {r['errors']} non-2xx; wrk CPU {r['load_cpu']:.0%}",
+        flush=True,
+    )
+    return r
+
+
+def seed_task(base: str, headers: dict[str, str]) -> str:
+    body = {"message": {"messageId": f"seed-{time.time_ns()}", "role": "ROLE_USER"}}
+    body["message"]["parts"] = [{"text": "seed"}]
+    answer = httpx.post(f"{base}/message:send", headers=headers, json=body, timeout=30).json()
+    if "task" not in answer:
+        sys.exit(f"seeding failed: {answer}")
+    return answer["task"]["id"]
+
+
+def completed_tasks(db: str) -> int:
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM tasks_task WHERE state = 'TASK_STATE_COMPLETED'"
+        ).fetchone()[0]
+
+
+def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str, float]:
+    print("# the platform (PostgreSQL, durable)", flush=True)
+    results: dict[str, float] = {}
+    with own_postgres(server_cpu) as pg:
+        db = f"{pg}/a2a_bench"
+        import psycopg
+
+        with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
+            conn.execute("CREATE DATABASE a2a_bench")
+        env = production_env(db)
+        subprocess.run(
+            [*pinned(server_cpu), sys.executable, "manage.py", "migrate", "-v0"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
+        manage(
+            db,
+            "create_agent",
+            "bench",
+            "--name",
+            "Bench",
+            "--description",
+            "bench",
+            "--executor",
+            "echo",
+            "--default",
+        )
+        token = manage(db, "create_api_key", "bench", "--name", "bench").splitlines()[-1]
+        purge_broker()
+        procs = Procs(prefix=pinned(server_cpu), env=env)
+        port = free_port()
+        try:
+            procs.web(db, port, workers=args.web_workers)
+            for n in range(args.workers):
+                procs.celery_worker(db, f"cw{n}", queues="agents,webhooks,heartbeat")
+            procs.beat(db)
+            base = f"http://127.0.0.1:{port}"
+            wait_ready(base)
+            auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+            results.update(common_figures(args, base, auth, load_cpu, token=token))
+            drain_queue(db)
+            before = completed_tasks(db)
+            started = time.monotonic()
+            measure(
+                "SendMessage (load for the executor)",
+                f"{base}/message:send",
+                args,
+                cpu=load_cpu,
+                script=SEND,
+                A2A_TOKEN=token,
+                A2A_BLOCKING="0",
+            )
+            drain_queue(db, timeout=600)
+            done = completed_tasks(db) - before
+            rate = done / (time.monotonic() - started)
+            print(f"  echo tasks completed /s          {rate:>8.0f} (the worker, {done} tasks)")
+            results["echo tasks completed /s"] = rate
+        finally:
+            procs.stop()
+    return results
+
+
+def production_env(db: str) -> dict[str, str]:
+    from cryptography.fernet import Fernet
+
+    return platform_env(
+        db,
+        A2A_PROFILE="production",
+        SECRET_KEY=secrets.token_urlsafe(48),
+        A2A_SECRETS_KEYS=Fernet.generate_key().decode(),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        A2A_JOB_LOG_LEVEL="WARNING",
+    )
+
+
+def common_figures(args, base: str, auth: dict, load_cpu: int | None, **kw) -> dict[str, float]:
+    task = seed_task(base, auth)
+    figures = {}
+    figures["agent card"] = measure(
+        "agent card", f"{base}/.well-known/agent-card.json", args, cpu=load_cpu
+    )["rps"]
+    figures["GetTask"] = measure(
+        "GetTask", f"{base}/tasks/{task}", args, cpu=load_cpu, **_token(kw)
+    )["rps"]
+    figures["SendMessage returnImmediately"] = measure(
+        "SendMessage returnImmediately",
+        f"{base}/message:send",
+        args,
+        cpu=load_cpu,
+        script=SEND,
+        A2A_BLOCKING="0",
+        **_token(kw),
+    )["rps"]
+    figures["SendMessage blocking (echo)"] = measure(
+        "SendMessage blocking (echo)",
+        f"{base}/message:send",
+        args,
+        cpu=load_cpu,
+        script=SEND,
+        A2A_BLOCKING="1",
+        **_token(kw),
+    )["rps"]
+    return figures
+
+
+def _auth(kw: dict) -> dict:
+    return {"Authorization": f"Bearer {kw['A2A_TOKEN']}"} if "A2A_TOKEN" in kw else {}
+
+
+def _token(kw: dict) -> dict:
+    return {"A2A_TOKEN": kw["token"]} if kw.get("token") else {}
+
+
+def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> dict[str, float]:
+    print(f"# the official SDK's server ({store} task store)", flush=True)
+    port = free_port()
+    log = Path(tempfile.mkstemp(prefix="a2a-sdk-", suffix=".log")[1])
+    sqlite = Path(tempfile.mkdtemp()) / "tasks.sqlite3"
+    cmd = [*pinned(server_cpu), sys.executable, str(HERE / "sdk_server.py"), "--port", str(port)]
+    cmd += ["--store", store, "--sqlite-path", str(sqlite)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/.well-known/agent-card.json").status_code == 200:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                sys.exit(f"the SDK server did not start: {log.read_text()}")
+            time.sleep(0.2)
+        results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu)
+        before = _sdk_completed(proc, log)
+        started = time.monotonic()
+        measure(
+            "SendMessage (load for the executor)",
+            f"{base}/message:send",
+            args,
+            cpu=load_cpu,
+            script=SEND,
+            A2A_BLOCKING="0",
+        )
+        done = _sdk_completed(proc, log) - before
+        rate = done / (time.monotonic() - started)
+        print(f"  echo tasks completed /s          {rate:>8.0f} (in-process, {done} tasks)")
+        results["echo tasks completed /s"] = rate
+        return results
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _sdk_completed(proc: subprocess.Popen, log: Path) -> int:
+    """The SDK agent's completed-task counter, which it prints on SIGUSR1."""
+    seen = log.read_text().count("completed ")
+    proc.send_signal(signal.SIGUSR1)
+    for _ in range(100):
+        lines = re.findall(r"^completed (\d+)$", log.read_text(), re.M)
+        if len(lines) > seen:
+            return int(lines[-1])
+        time.sleep(0.05)
+    sys.exit("the SDK server did not report its completed tasks")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--web-workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
+    parser.add_argument("--sdk-sqlite", action="store_true", help="also the SDK's SQLite store")
+    args = parser.parse_args()
+    for tool in ("wrk", "taskset"):
+        if shutil.which(tool) is None:
+            sys.exit(
+                f"{tool} is needed: apt-get install {'wrk' if tool == 'wrk' else 'util-linux'}"
+            )
+    two = (os.cpu_count() or 1) >= 2
+    server_cpu, load_cpu = (0, 1) if two else (None, None)
+    print(
+        f"# {os.cpu_count()} cores; server side on CPU {server_cpu}, wrk on CPU {load_cpu}; "
+        f"{args.connections} connections, {args.duration:.0f} s per figure after "
+        f"{args.warmup:.0f} s of warm-up; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    ours = platform_run(args, server_cpu, load_cpu)
+    sdk = sdk_run(args, "memory", server_cpu, load_cpu)
+    if args.sdk_sqlite:
+        sdk_run(args, "sqlite", server_cpu, load_cpu)
+    print("# platform / SDK in-memory (target)")
+    for name, target in TARGETS.items():
+        ratio = ours[name] / sdk[name] if sdk[name] else float("inf")
+        verdict = "meets" if ratio >= target else "below"
+        print(f"  {name:<32} {ratio:>6.2f}x  (target >= {target:.1f}x: {verdict})")
+    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
