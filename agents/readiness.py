@@ -81,9 +81,31 @@ def reset_for_tests() -> None:
     _state = _ProcessState()
 
 
+WORKER_HINT = "`celery -A a2a_platform worker` consumes agents, webhooks and heartbeat"
+BEAT_HINT = "beat may be missing: `celery -A a2a_platform beat`"
+
+
+def _why_not_live(rows: list[WorkerHeartbeat], queue: str, default: str) -> str:
+    """Why no worker on `queue` counts as live, in the terms an operator acts on: the queue
+    nobody consumes, or the heartbeat that never came (beat missing), before the generic
+    stale heartbeat."""
+    if not any(queue in r.queues for r in rows):
+        return f"no worker consumes `{queue}` ({WORKER_HINT})"
+    if not any("heartbeat" in r.queues for r in rows):
+        return (
+            "no worker consumes `heartbeat`, the queue the heartbeat job goes to, so no worker "
+            f"on `{queue}` can prove itself ({WORKER_HINT})"
+        )
+    if not any(r.beat_at >= r.started_at for r in rows):
+        return f"workers started, but no heartbeat has ever arrived: {BEAT_HINT}"
+    return default
+
+
 def _worker_checks() -> tuple[Check, Check, bool]:
     fresh_after = timezone.now() - timedelta(seconds=settings.A2A_HEARTBEAT_FRESH_SECONDS)
-    rows = list(WorkerHeartbeat.objects.filter(beat_at__gte=fresh_after))
+    # Every registered worker (a handful of rows): the fresh ones decide, the others say why.
+    registered = list(WorkerHeartbeat.objects.all())
+    rows = [r for r in registered if r.beat_at >= fresh_after]
     agents = [r for r in rows if "agents" in r.queues]
     delivery = [
         r
@@ -95,14 +117,22 @@ def _worker_checks() -> tuple[Check, Check, bool]:
     agents_check = Check(
         "agents_worker",
         bool(agents),
-        f"{len(agents)} live" if agents else "no worker consuming `agents` has a fresh heartbeat",
+        f"{len(agents)} live"
+        if agents
+        else _why_not_live(
+            registered, "agents", "no worker consuming `agents` has a fresh heartbeat"
+        ),
     )
     delivery_check = Check(
         "delivery_worker",
         bool(delivery),
         f"{len(delivery)} live"
         if delivery
-        else "no worker consuming `webhooks` has a fresh heartbeat and a re-enqueued backlog",
+        else _why_not_live(
+            registered,
+            "webhooks",
+            "no worker consuming `webhooks` has a fresh heartbeat and a re-enqueued backlog",
+        ),
     )
     return agents_check, delivery_check, bool(delivery)
 
