@@ -51,11 +51,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "agents",
     "tasks",
     "webhooks",
+    "a2a_platform.api",
 ]
 
 MIDDLEWARE = [
@@ -144,10 +147,29 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
+    # Each API names its own (the management API: a2a_platform/api/views.py; the worker API:
+    # tasks/api/views.py); nothing is open by default.
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "tasks.api.errors.exception_handler",
+    # One error body for every failure of every API (docs/api.md).
+    "EXCEPTION_HANDLER": "a2a_platform.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "a2a_platform.api.schema.ApiAutoSchema",
+    # Requests per token (or session user) on the management API; beyond: 429 `throttled`.
+    "DEFAULT_THROTTLE_RATES": {"platform_api": env.str("A2A_API_RATE", default="1200/minute")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "A2A Platform management API",
+    "DESCRIPTION": "Integrators' REST API (docs/api.md): agents, keys, tasks, webhooks, "
+    'rebinds. Errors are `{"error": {"code", "message", ...}}`.',
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar (served here, never a CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery -----------------------------------------------------------------------------
@@ -261,6 +283,9 @@ A2A_WEBHOOK_LEASE_MARGIN_SECONDS = env.float("A2A_WEBHOOK_LEASE_MARGIN_SECONDS",
 A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", default=10)
 # A registration's DNS lookup of its URL's host gets this long (its owner's DNS decides).
 A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS", default=5)
+# (issue 18, H4) Off: a webhook host name is not resolved at registration, only at connect
+# time (as on every send): for networks without public DNS (webhooks/ssrf.py).
+A2A_WEBHOOK_RESOLVE_AT_REGISTRATION = env.bool("A2A_WEBHOOK_RESOLVE_AT_REGISTRATION", default=True)
 # Sends in flight to one endpoint (origin) across all workers: half a pump's window, so one
 # receiver that starts hanging holds at most half of it until its first failure is recorded.
 A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env.int("A2A_WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", default=32)

@@ -1,7 +1,9 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from a2a_platform import health, home
+from a2a_platform.api.fallback import NoRoute
 from webhooks import admin_views
 
 # The admin is the operators' console of the platform (its index is the dashboard).
@@ -21,6 +23,9 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("api/v1/worker/", include("tasks.api.urls")),
-    path("api/v1/deliveries/", include("webhooks.api.urls")),
-    path("api/v1/rebinds/", include("webhooks.api.rebind_urls")),
+    # The management API (docs/api.md), its OpenAPI 3 schema and Swagger UI (no CDN).
+    path("api/v1/", include("a2a_platform.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^api/", NoRoute.as_view()),
 ]

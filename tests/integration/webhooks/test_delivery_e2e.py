@@ -13,13 +13,11 @@ import time
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
 from agents.signing import jwks
 from tasks.models import Task
 from tests import live
+from tests.api_tokens import bearer, token_for, user_with
 from tests.factories import AgentFactory, user_message
 from tests.processes import wait_until
 from tests.readiness_helpers import mark_workers_live
@@ -263,22 +261,15 @@ def test_404_is_dead_lettered_with_an_alert_then_replayed_through_the_api_with_t
     assert "404" in alert.message
 
     receiver.behave(status=200)
-    user_model = get_user_model()
-    ops = user_model.objects.create_user("ops", is_staff=True)
-    ops.user_permissions.add(*Permission.objects.filter(codename__in=DELIVERY_PERMS))
-    staff = Token.objects.create(user=ops)
-    clerk = Token.objects.create(user=user_model.objects.create_user("clerk"))
-    idle = Token.objects.create(user=user_model.objects.create_user("idle", is_staff=True))
+    staff = token_for(user_with("ops", *DELIVERY_PERMS), "operate")
+    clerk = token_for(user_with("clerk", *DELIVERY_PERMS, staff=False), "operate")
+    idle = token_for(user_with("idle"), "operate")
     replay = f"{web.url}/api/v1/deliveries/replay"
     for token in (clerk, idle):  # not staff; staff without the delivery permissions
-        refused = httpx.post(
-            replay, json={"ids": ids}, headers={"Authorization": f"Token {token.key}"}, timeout=10
-        )
+        refused = httpx.post(replay, json={"ids": ids}, headers=bearer(token), timeout=10)
         assert refused.status_code == 403
     assert {d.state for d in deliveries(config)} == {DeliveryState.DEAD}
-    answer = httpx.post(
-        replay, json={"ids": ids}, headers={"Authorization": f"Token {staff.key}"}, timeout=10
-    )
+    answer = httpx.post(replay, json={"ids": ids}, headers=bearer(staff), timeout=10)
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"replayed": len(ids), "requested": len(ids)}
 
@@ -293,7 +284,7 @@ def test_404_is_dead_lettered_with_an_alert_then_replayed_through_the_api_with_t
     assert sorted(action.target["deliveries"]) == sorted(ids)
     listed = httpx.get(
         f"{web.url}/api/v1/deliveries/?task={task.pk}&state=delivered",
-        headers={"Authorization": f"Token {staff.key}"},
+        headers=bearer(staff),
         timeout=10,
     ).json()
     assert sorted(d["id"] for d in listed["results"]) == sorted(ids)

@@ -1,59 +1,35 @@
-"""Rebind API for integrators (staff token; docs/rebinds.md): preview, start (now or at a
-time), list, read with live counts and the tasks still on the old version, and every
-transition. Thin: each view calls one service of webhooks/rebind.py, the same ones the admin
-console and the `rebind` command call.
+"""`/api/v1/rebinds/` (docs/rebinds.md): preview, start (now or at a time; Idempotency-Key),
+list (filters: state, agent), read with live counts and the tasks still on the old version,
+and every transition. Thin: each view calls one service of webhooks/rebind.py, the same ones
+the admin console and the `rebind` command call.
 
 Permissions are the admin's: `webhooks.view_rebind` to read, `webhooks.run_rebind` to start,
-preview or change one. Errors: 400 `invalid` (with the field), 404 `not_found`, 409
-`conflict` (an open rebind over the same scope, named) or `illegal_transition`.
+preview or change one. Errors (a2a_platform/api/errors.py): 400 `invalid_request` (with the
+field), 404 `not_found`, 409 `rebind_conflict` (an open rebind over the same scope, named) or
+`illegal_transition`.
 """
 
 from __future__ import annotations
 
+import django_filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import SAFE_METHODS, IsAdminUser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from a2a_platform.api.errors import not_found
+from a2a_platform.api.views import ApiListView, ApiView
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
 from webhooks import rebind as rebinds
-from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.errors import RebindInvalid
 from webhooks.models import PushConfig, Rebind, RebindState
 from webhooks.rebind_checks import RebindPreview, RebindRequest, rebind_preview
-from webhooks.rebind_machine import IllegalRebindTransition
 from webhooks.selectors import rebind_stragglers
 
 
-class RebindPermission(IsAdminUser):
-    def has_permission(self, request, view) -> bool:
-        perm = "webhooks.view_rebind" if request.method in SAFE_METHODS else "webhooks.run_rebind"
-        return super().has_permission(request, view) and request.user.has_perm(perm)
-
-
-class RebindView(APIView):
-    authentication_classes = [TokenAuthentication]
-    permission_classes = [RebindPermission]
-
-    def handle_exception(self, exc):
-        if isinstance(exc, RebindInvalid):
-            body = {"code": "invalid", "field": exc.field, "message": exc.description}
-            return Response({"error": body}, status=status.HTTP_400_BAD_REQUEST)
-        if isinstance(exc, RebindNotFound):
-            body = {"code": "not_found", "message": str(exc)}
-            return Response({"error": body}, status=status.HTTP_404_NOT_FOUND)
-        if isinstance(exc, RebindConflict):
-            body = {"code": "conflict", "rebind": str(exc.other_pk), "message": str(exc)}
-            return Response({"error": body}, status=status.HTTP_409_CONFLICT)
-        if isinstance(exc, IllegalRebindTransition):
-            body = {"code": "illegal_transition", "state": exc.state, "message": str(exc)}
-            return Response({"error": body}, status=status.HTTP_409_CONFLICT)
-        return super().handle_exception(exc)
-
-    @property
-    def actor(self) -> str:
-        return f"api:{self.request.user.get_username()}"
+class RebindView(ApiView):
+    read_perm = "webhooks.view_rebind"
+    write_perm = "webhooks.run_rebind"
 
 
 class RebindSerializer(serializers.ModelSerializer):
@@ -151,25 +127,31 @@ class StartSerializer(serializers.Serializer):
         )
 
 
-class Pages(CursorPagination):
+class RebindFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=RebindState.choices)
+    agent = django_filters.CharFilter(field_name="agent__slug", max_length=64)
+
+    class Meta:
+        model = Rebind
+        fields = ["state", "agent"]
+
+
+class RebindList(RebindView, ApiListView):
+    serializer_class = RebindSerializer
+    filterset_class = RebindFilter
     ordering = "-created_at"
-    page_size = 50
+    ordering_fields = ["created_at"]
+    idempotent = True
 
+    def get_queryset(self):
+        return Rebind.objects.select_related("agent")
 
-class RebindList(RebindView):
-    def get(self, request):
-        query = Rebind.objects.select_related("agent")
-        state = request.query_params.get("state")
-        if state is not None:
-            if state not in RebindState.values:
-                raise RebindInvalid("state", f"one of {', '.join(RebindState.values)}")
-            query = query.filter(state=state)
-        if "agent" in request.query_params:
-            query = query.filter(agent__slug=request.query_params["agent"].replace("\x00", ""))
-        paginator = Pages()
-        page = paginator.paginate_queryset(query, request, view=self)
-        return paginator.get_paginated_response(RebindSerializer(page, many=True).data)
-
+    @extend_schema(
+        request=StartSerializer,
+        responses={201: RebindSerializer, 200: OpenApiTypes.OBJECT},
+        description="Start a rebind (201), or with `preview: true` check and measure it (200, "
+        "nothing written).",
+    )
     def post(self, request):
         body = StartSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -200,6 +182,8 @@ def _preview_json(preview: RebindPreview) -> dict:
 
 
 class RebindDetail(RebindView):
+    serializer_class = RebindSerializer
+
     def get(self, request, pk):
         rebind = rebinds.rebind_get(pk)
         return Response(
@@ -219,6 +203,9 @@ class RebindAction(RebindView):
     """POST /api/v1/rebinds/<id>/<action>: advance, cutover, extend, abort, rebind-orphans,
     move-now, finish-on-old."""
 
+    serializer_class = RebindSerializer
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
     def post(self, request, pk, action):
         rebind = rebinds.rebind_get(pk)
         if action == "advance":
@@ -247,6 +234,5 @@ class RebindAction(RebindView):
             count = step(rebind.pk, move_pks=body.validated_data["moves"], actor=self.actor)
             return Response({"changed": count})
         else:
-            body = {"code": "not_found", "message": f"no action {action!r}"}
-            return Response({"error": body}, status=status.HTTP_404_NOT_FOUND)
+            raise not_found(f"no action {action!r}")
         return Response(RebindSerializer(rebind).data)

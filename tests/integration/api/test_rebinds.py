@@ -1,17 +1,17 @@
-"""The rebind API (/api/v1/rebinds/) in process over DRF: the same services as the command
-and the console, the admin's permissions, every error shape, and the same audit rows."""
+"""The rebind API (/api/v1/rebinds/) in process over DRF with a `rebind` token: the same
+services as the command and the console, the admin's permissions, every error shape, and the
+same audit rows."""
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tasks import services
 from tasks.states import TaskState
+from tests.api_tokens import api_client
 from tests.factories import AgentFactory, user_message
+from tests.integration.webhooks.conftest import public_dns  # noqa: F401 (fixture)
 from webhooks.models import ChannelMove, OperatorAction, Rebind, RebindState
 from webhooks.services import push_config_create
 
@@ -23,11 +23,7 @@ MOVE = {"agent": "api-agent", "movePrefix": {"old": V1, "new": V2}}
 
 
 def _client(name: str, *perms: str) -> APIClient:
-    user = get_user_model().objects.create_user(name, is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
+    return api_client(name, *perms, scope="rebind")
 
 
 @pytest.fixture
@@ -57,7 +53,7 @@ def test_preview_then_start_then_read_and_cut_over(agent):
     assert [r["id"] for r in listed] == [rebind_id]
     conflict = api.post("/api/v1/rebinds/", {"agent": "api-agent", "rotateKey": True})
     assert conflict.status_code == 409
-    assert conflict.json()["error"]["code"] == "conflict"
+    assert conflict.json()["error"]["code"] == "rebind_conflict"
     assert conflict.json()["error"]["rebind"] == rebind_id
     cut = api.post(f"/api/v1/rebinds/{rebind_id}/cutover", format="json")
     assert cut.json()["state"] == RebindState.CUT_OVER
@@ -95,8 +91,9 @@ def test_refusals_are_400_with_the_field_and_write_nothing(agent, body, field):
     answer = api.post("/api/v1/rebinds/", body, format="json")
     assert answer.status_code == 400, answer.content
     error = answer.json()["error"]
-    assert (error["code"], error["field"]) == ("invalid", field)
+    assert (error["code"], error["field"]) == ("invalid_request", field)
     assert error["message"]
+    assert error["fields"][field]
     assert not Rebind.objects.exists()
 
 

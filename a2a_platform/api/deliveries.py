@@ -1,0 +1,130 @@
+"""`/api/v1/deliveries/`: list (filters: state, kind, task, agent, endpoint), inspect with the
+attempt timeline, and replay deliveries. The admin's permissions: `webhooks.view_delivery`
+to read, `webhooks.change_delivery` to replay."""
+
+from __future__ import annotations
+
+import django_filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from a2a_platform.api.errors import not_found
+from a2a_platform.api.views import ApiListView, ApiView
+from webhooks import selectors
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
+from webhooks.services import delivery_replay
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeliveryAttempt
+        fields = [
+            "number",
+            "url",
+            "started_at",
+            "duration_ms",
+            "status",
+            "error_class",
+            "manual",
+            "request_headers",
+            "response_excerpt",
+        ]
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="event_id")
+    taskId = serializers.UUIDField(source="task_id")
+    agent = serializers.CharField(source="task.agent.slug")
+    configId = serializers.CharField(source="config.config_id")
+    bindingVersion = serializers.IntegerField(source="binding.version")
+    endpoint = serializers.CharField(source="binding.endpoint.origin")
+
+    class Meta:
+        model = Delivery
+        fields = [
+            "id",
+            "taskId",
+            "agent",
+            "configId",
+            "bindingVersion",
+            "endpoint",
+            "seq",
+            "kind",
+            "state",
+            "attempts",
+            "next_attempt_at",
+            "last_status",
+            "last_error",
+            "created_at",
+            "finished_at",
+        ]
+
+
+class DeliveryDetailSerializer(DeliverySerializer):
+    attempts_log = AttemptSerializer(many=True)
+
+    class Meta(DeliverySerializer.Meta):
+        fields = [*DeliverySerializer.Meta.fields, "attempts_log"]
+
+
+class DeliveryFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=DeliveryState.choices)
+    kind = django_filters.CharFilter(max_length=16)
+    task = django_filters.UUIDFilter(field_name="task_id")
+    agent = django_filters.CharFilter(field_name="task__agent__slug", max_length=64)
+    endpoint = django_filters.CharFilter(field_name="binding__endpoint__origin", max_length=300)
+
+    class Meta:
+        model = Delivery
+        fields = ["state", "kind", "task", "agent", "endpoint"]
+
+
+class DeliveryView(ApiView):
+    read_perm = "webhooks.view_delivery"
+    write_perm = "webhooks.change_delivery"
+
+
+class DeliveryList(DeliveryView, ApiListView):
+    """Deliveries, newest first (cursor pages)."""
+
+    serializer_class = DeliverySerializer
+    filterset_class = DeliveryFilter
+    ordering = "-id"
+    ordering_fields = ["id", "created_at", "seq"]
+
+    def get_queryset(self):
+        return selectors.delivery_list()
+
+
+class DeliveryDetail(DeliveryView):
+    serializer_class = DeliveryDetailSerializer
+
+    def get(self, request, event_id):
+        delivery = selectors.delivery_by_event_id(event_id)
+        if delivery is None:
+            raise not_found(f"no delivery {event_id}")
+        return Response(DeliveryDetailSerializer(delivery).data)
+
+
+class ReplaySerializer(serializers.Serializer):
+    ids = serializers.ListField(child=serializers.UUIDField(), min_length=1, max_length=1000)
+
+
+class ReplayResultSerializer(serializers.Serializer):
+    replayed = serializers.IntegerField()
+    requested = serializers.IntegerField()
+
+
+class DeliveryReplay(DeliveryView):
+    """Re-open dead-lettered or delivered deliveries (audited). Others are left as they are."""
+
+    serializer_class = ReplaySerializer
+
+    @extend_schema(request=ReplaySerializer, responses=ReplayResultSerializer)
+    def post(self, request):
+        data = ReplaySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pks = selectors.delivery_pks(data.validated_data["ids"])
+        count = delivery_replay(delivery_pks=pks, actor=self.actor)
+        return Response({"replayed": count, "requested": len(data.validated_data["ids"])})

@@ -1,0 +1,27 @@
+"""Filtering and ordering helpers: django-filter FilterSets (a bad value is a 400 naming the
+filter) and `?ordering=` limited to each view's `ordering_fields` (anything else is a 400)."""
+
+from __future__ import annotations
+
+from rest_framework.filters import OrderingFilter
+
+from a2a_platform.api.errors import invalid
+
+
+class WhitelistedOrdering(OrderingFilter):
+    """`?ordering=a,-b` over the view's `ordering_fields` only; another field is refused."""
+
+    def get_ordering(self, request, queryset, view):
+        params = request.query_params.get(self.ordering_param)
+        if params:
+            fields = [param.strip() for param in params.split(",") if param.strip()]
+            allowed = set(getattr(view, "ordering_fields", None) or [])
+            bad = [f for f in fields if f.lstrip("-") not in allowed]
+            if bad or not fields:
+                raise invalid(
+                    self.ordering_param,
+                    f"order by {', '.join(sorted(allowed)) or 'nothing'} (prefix - to reverse)",
+                )
+            # A unique last key keeps cursor pages stable under ties.
+            return fields
+        return self.get_default_ordering(view)

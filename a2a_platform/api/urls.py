@@ -1,0 +1,50 @@
+"""`/api/v1/`: one list of routes per resource, so each resource module adds its own lines.
+Any other path under /api/ answers the JSON 404 (a2a_platform/urls.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from a2a_platform.api import deliveries, rebinds, tokens
+
+REBIND_ACTIONS = [
+    "advance",
+    "cutover",
+    "extend",
+    "abort",
+    "rebind-orphans",
+    "move-now",
+    "finish-on-old",
+]
+
+delivery_urls = [
+    path("deliveries/", deliveries.DeliveryList.as_view(), name="deliveries"),
+    path("deliveries/replay", deliveries.DeliveryReplay.as_view(), name="deliveries-replay"),
+    path("deliveries/<uuid:event_id>", deliveries.DeliveryDetail.as_view(), name="delivery"),
+]
+
+rebind_urls = [
+    path("rebinds/", rebinds.RebindList.as_view(), name="rebinds"),
+    path("rebinds/<str:pk>", rebinds.RebindDetail.as_view(), name="rebind"),
+    *(
+        path(
+            f"rebinds/<str:pk>/{action}",
+            rebinds.RebindAction.as_view(),
+            {"action": action},
+            name=f"rebind-{action}",
+        )
+        for action in REBIND_ACTIONS
+    ),
+]
+
+token_urls = [
+    path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
+    path("tokens/<uuid:pk>", tokens.TokenDetail.as_view(), name="api-token"),
+    path("tokens/<uuid:pk>/revoke", tokens.TokenRevoke.as_view(), name="api-token-revoke"),
+]
+
+urlpatterns = [
+    *delivery_urls,
+    *rebind_urls,
+    *token_urls,
+]
