@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
@@ -172,12 +172,12 @@ def task_list(
     updated_since: datetime | None = None,
     ordering: str = "-updated_at",
 ) -> QuerySet[Task]:
-    """Every owner's tasks, filtered by what is given, in `ordering` (one of TASK_ORDERINGS)
-    with the id as its tie-break. `updated_since`: a task event (status, artifact, message)
-    was written at or after it."""
+    """Every owner's tasks (each annotated `orphaned`), filtered by what is given, in
+    `ordering` (one of TASK_ORDERINGS) with the id as its tie-break. `updated_since`: a task
+    event (status, artifact, message) was written at or after it."""
     if ordering not in TASK_ORDERINGS:
         raise ValueError(f"ordering must be one of {', '.join(TASK_ORDERINGS)}")
-    qs = Task.objects.select_related("agent")
+    qs = _with_orphaned(Task.objects.select_related("agent"))
     if agent_slug is not None:
         qs = qs.filter(agent__slug=agent_slug)
     if state is not None:
@@ -195,9 +195,14 @@ def task_list(
 
 
 def task_read(task_id: object) -> Task | None:
-    """One task of any agent and owner with its agent (an operator's read); None for an
-    unknown or malformed id."""
+    """One task of any agent and owner with its agent, annotated `orphaned` (an operator's
+    read); None for an unknown or malformed id."""
     pk = _uuid(task_id)
     if pk is None:
         return None
-    return Task.objects.select_related("agent").filter(pk=pk).first()
+    return _with_orphaned(Task.objects.select_related("agent")).filter(pk=pk).first()
+
+
+def _with_orphaned(qs: QuerySet[Task]) -> QuerySet[Task]:
+    """Each task annotated `orphaned` (bool) by the one definition, task_orphaned_q."""
+    return qs.annotate(orphaned=ExpressionWrapper(task_orphaned_q(), output_field=BooleanField()))

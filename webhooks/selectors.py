@@ -283,6 +283,23 @@ def binding_status(binding: PushBinding) -> str:
     return "active" if binding.activated_at is not None else "waiting"
 
 
+def binding_version(config: PushConfig, binding: PushBinding) -> dict[str, Any]:
+    """A binding version as operators see it: its channel name, status, URL and endpoint,
+    credentials masked (`binding_secrets_masked`), and when it was made, activated, retired."""
+    return {
+        "configId": config.config_id,
+        "version": binding.version,
+        "channel": f"{config.config_id}.v{binding.version}",
+        "status": binding_status(binding),
+        "url": binding.url,
+        "endpoint": binding.endpoint.origin,
+        **binding_secrets_masked(binding),
+        "createdAt": binding.created_at,
+        "activatedAt": binding.activated_at,
+        "retiredAt": binding.retired_at,
+    }
+
+
 def _notice_kind(body: str) -> str:
     """The notice's kind (channel-changed, channel-orphaned) from its StreamResponse body."""
     try:
@@ -299,22 +316,7 @@ def task_channel_history(task: Task) -> dict[str, Any]:
     queries whatever the history's length."""
     configs = task_push_configs(task)
     by_pk = {c.pk: c for c in configs}
-    versions = [
-        {
-            "configId": c.config_id,
-            "version": b.version,
-            "channel": f"{c.config_id}.v{b.version}",
-            "status": binding_status(b),
-            "url": b.url,
-            "endpoint": b.endpoint.origin,
-            **binding_secrets_masked(b),
-            "createdAt": b.created_at,
-            "activatedAt": b.activated_at,
-            "retiredAt": b.retired_at,
-        }
-        for c in configs
-        for b in c.bindings.all()
-    ]
+    versions = [binding_version(c, b) for c in configs for b in c.bindings.all()]
     versions.sort(key=lambda v: (v["createdAt"], v["configId"], v["version"]))
     version_of = {b.pk: b.version for c in configs for b in c.bindings.all()}
     moves = list(ChannelMove.objects.filter(task=task).select_related("rebind").order_by("id"))
