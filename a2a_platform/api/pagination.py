@@ -17,6 +17,15 @@ class CursorPages(CursorPagination):
     max_page_size = 500
     ordering = "-created_at"
 
+    def get_page_size(self, request):
+        # DRF silently caps or ignores a bad page_size; a caller asking for too much is told.
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise invalid(self.page_size_query_param, f"1 to {self.max_page_size}")
+        return int(raw)
+
     def decode_cursor(self, request):
         try:
             return super().decode_cursor(request)
