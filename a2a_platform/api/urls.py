@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from a2a_platform.api import deliveries, rebinds, tokens
+from a2a_platform.api import deliveries, endpoints, push_configs, rebinds, tasks, tokens
 
 REBIND_ACTIONS = [
     "advance",
@@ -43,8 +43,40 @@ token_urls = [
     path("tokens/<uuid:pk>/revoke", tokens.TokenRevoke.as_view(), name="api-token-revoke"),
 ]
 
+task_urls = [
+    path("tasks/", tasks.TaskList.as_view(), name="tasks"),
+    path("tasks/<str:task_id>", tasks.TaskDetail.as_view(), name="task"),
+    path(
+        "tasks/<str:task_id>/push-configs",
+        push_configs.PushConfigList.as_view(),
+        name="task-push-configs",
+    ),
+    path(
+        "tasks/<str:task_id>/push-configs/<str:config_id>",
+        push_configs.PushConfigDetail.as_view(),
+        name="task-push-config",
+    ),
+]
+
+endpoint_urls = [
+    path("endpoints/", endpoints.EndpointList.as_view(), name="endpoints"),
+    path("endpoints/<str:endpoint_id>", endpoints.EndpointDetail.as_view(), name="endpoint"),
+    path(
+        "endpoints/<str:endpoint_id>/pause",
+        endpoints.EndpointPause.as_view(),
+        name="endpoint-pause",
+    ),
+    path(
+        "endpoints/<str:endpoint_id>/resume",
+        endpoints.EndpointResume.as_view(),
+        name="endpoint-resume",
+    ),
+]
+
 urlpatterns = [
     *delivery_urls,
     *rebind_urls,
     *token_urls,
+    *task_urls,
+    *endpoint_urls,
 ]

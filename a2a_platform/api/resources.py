@@ -1,0 +1,54 @@
+"""What the task, push-config and endpoint resources share: path and query parameters parsed
+strictly (a malformed value is a 400 `invalid_request` naming the parameter, never a 404 page
+from the URL resolver, never a value silently ignored), and a 405 for a method a resource
+does not have (once the caller may read it) rather than a 403 for a write permission that no
+write of it needs."""
+
+from __future__ import annotations
+
+import uuid
+
+import django_filters
+
+from a2a_platform.api.errors import invalid
+from a2a_platform.api.permissions import perm_for
+
+# PostgreSQL's bigint: an id past it is not an id (and would fail in SQL).
+_MAX_ID = 2**63 - 1
+
+
+def task_id_param(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise invalid("taskId", "not a task id (a UUID)") from None
+
+
+def positive_id_param(name: str, value: str) -> int:
+    try:
+        pk = int(value)
+    except ValueError:
+        pk = 0
+    if not 0 < pk <= _MAX_ID or not value.isdigit():
+        raise invalid(name, "not an id (a positive integer)")
+    return pk
+
+
+class StrictBooleanFilter(django_filters.TypedChoiceFilter):
+    """`true` or `false`; anything else is a 400 (django-filter's BooleanFilter reads an
+    unknown value as "not given")."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("choices", [("true", "true"), ("false", "false")])
+        kwargs.setdefault("coerce", lambda value: value == "true")
+        super().__init__(*args, **kwargs)
+
+
+class ResourceMethods:
+    """Mixed into an ApiView: a method the view does not handle needs the read permission,
+    then answers 405 `method_not_allowed`."""
+
+    def required_perm(self, request) -> str | None:
+        if not hasattr(self, request.method.lower()):
+            return self.read_perm
+        return perm_for(self, request)
