@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from a2a_platform.lib.reconnect import with_reconnect
 from webhooks import heads, wake
 from webhooks.delivery import (
     DeliveryClaim,
@@ -199,7 +200,9 @@ class _Pump:
             return 0
         self.last_claim = time.monotonic()
         self.run.claims += 1
-        batch = delivery_claim_batch(limit=room)
+        # A database blip is ridden out on a fresh connection (bounded, then raised: the job
+        # fails and the leases and the sweeper take over).
+        batch = with_reconnect(lambda: delivery_claim_batch(limit=room), what="delivery claim")
         self.more_due = not batch.exhausted
         requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in batch.claims]
         sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
@@ -255,13 +258,22 @@ class _Pump:
         # Sends to a healthy receiver finish within moments of each other: take them in one
         # record (and so one claim) instead of a transaction each.
         done, _ = wait(self.in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
-        outcomes = delivery_record_many([(self.in_flight.pop(f), f.result()) for f in done])
+        finished = [(self.in_flight.pop(f), f.result()) for f in done]
+        # Sent, and so owed a record: a record that meets a dropped connection is tried again
+        # on a fresh one (up to reconnect.RETRY_BUDGET_SECONDS), so a database restart costs
+        # these deliveries seconds, not their lease. A record that did commit before its
+        # connection dropped finds the attempt already recorded ("stale"): never twice.
+        outcomes = with_reconnect(
+            lambda: delivery_record_many(finished),
+            what="delivery record",
+            extra={"deliveries": len(finished)},
+        )
         self.run.recorded += len(outcomes)
         self.pace = len(outcomes) + PROBE
         self.claim_now = self.more_due or any(o.next_due for o in outcomes)
-        finished = [o for o in outcomes if o.state in ("delivered", "dead")]
-        self.run.delivered += sum(1 for o in finished if o.state == "delivered")
-        if finished and not self.claiming:
+        ended = [o for o in outcomes if o.state in ("delivered", "dead")]
+        self.run.delivered += sum(1 for o in ended if o.state == "delivered")
+        if ended and not self.claiming:
             wake.wake()  # their configs' next deliveries are due; this pump claims no more
 
 

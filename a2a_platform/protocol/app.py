@@ -18,7 +18,12 @@ from starlette.responses import Response
 
 from a2a_platform.protocol import discovery, http_json, jsonrpc
 from a2a_platform.protocol.binding import rest_error
-from a2a_platform.protocol.errors import INVALID_REQUEST, METHOD_NOT_ALLOWED, ProtocolError
+from a2a_platform.protocol.errors import (
+    INVALID_REQUEST,
+    METHOD_NOT_ALLOWED,
+    ProtocolError,
+    from_domain,
+)
 from a2a_platform.protocol.routes import Route, resolve
 
 # The served-card cache, under the name tests clear it by (it lives in discovery.py).
@@ -41,15 +46,27 @@ async def handle(route: Route, scope, receive, send) -> None:
         response = rest_error(refusal, legacy=route.legacy)
     elif not route.method_allowed:
         response = _method_not_allowed(request, route)
-    elif route.name == "jsonrpc":
-        response = await jsonrpc.handle(request, route)
-    elif route.name == "card":
-        response = await discovery.card(request, route)
-    elif route.name == "jwks":
-        response = await discovery.jwks(request, route)
     else:
-        response = await http_json.handle(request, route)
+        try:
+            response = await _dispatch(request, route)
+        except Exception as exc:
+            # The bindings render their operations' errors; what escapes them (the card's or
+            # the JWKS's reads while the database is down) is mapped here, or is a bug.
+            mapped = from_domain(exc)
+            if mapped is None:
+                raise
+            response = rest_error(mapped, legacy=route.legacy)
     await response(scope, receive, send)
+
+
+async def _dispatch(request: Request, route: Route) -> Response:
+    if route.name == "jsonrpc":
+        return await jsonrpc.handle(request, route)
+    if route.name == "card":
+        return await discovery.card(request, route)
+    if route.name == "jwks":
+        return await discovery.jwks(request, route)
+    return await http_json.handle(request, route)
 
 
 def _host_allowed(request: Request) -> bool:

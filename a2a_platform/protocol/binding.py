@@ -17,7 +17,12 @@ from starlette.responses import Response
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.protocol import sse, streams, v03
 from a2a_platform.protocol.context import V03, CacheMiss, Ctx, build_ctx, negotiate_version
-from a2a_platform.protocol.errors import INTERNAL, ProtocolError, from_domain
+from a2a_platform.protocol.errors import (
+    INTERNAL,
+    ProtocolError,
+    database_unreachable,
+    from_domain,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +41,8 @@ def as_protocol_error(exc: Exception) -> ProtocolError:
         return exc
     mapped = from_domain(exc)
     if mapped is not None:
+        if database_unreachable(exc):
+            logger.warning("database unreachable; answered with a retryable refusal", exc_info=exc)
         return mapped
     logger.error("unexpected error in protocol handler", exc_info=exc)
     return ProtocolError(INTERNAL, "internal error")

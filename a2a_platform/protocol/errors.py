@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from a2a_platform.lib.reconnect import database_unreachable
+
 DOMAIN = "a2a-protocol.org"
 PLATFORM_DOMAIN = "a2a-platform"
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -140,14 +142,31 @@ def invalid_params(field_path: str, description: str) -> ProtocolError:
     )
 
 
+# How long a client is told to wait when the database is unreachable: a restart or fail-over
+# takes seconds; the readiness gate's refusals say 5 s, a database blip is usually shorter.
+DATABASE_RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable() -> ProtocolError:
+    return ProtocolError(
+        UNAVAILABLE,
+        "the task store is temporarily unreachable; nothing was lost, retry shortly",
+        reason="DATABASE_UNAVAILABLE",
+        retry_after=DATABASE_RETRY_AFTER_SECONDS,
+    )
+
+
 def from_domain(exc: Exception) -> ProtocolError | None:
-    """Map a domain error raised by a service; None if it is not one (a bug: 500)."""
+    """Map a domain error raised by a service; None if it is not one (a bug: 500). A database
+    outage is mapped too: a retryable refusal (DATABASE_UNAVAILABLE, 503 + Retry-After)."""
     from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
     from tasks.state_machine import IllegalTransition
     from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 
     if isinstance(exc, ProtocolError):
         return exc
+    if database_unreachable(exc):
+        return database_unavailable()
     if isinstance(exc, TaskNotFound):
         return ProtocolError(TASK_NOT_FOUND, metadata={"taskId": exc.task_id})
     if isinstance(exc, TaskTerminal):

@@ -2,7 +2,9 @@
 
 Executors run on Celery queue `agents` and change the task only through the lifecycle
 services (the verbs below). They never sleep: to wait they return `RunAgain(seconds)`, which
-keeps the ETA in the dispatch row.
+keeps the ETA in the dispatch row. A run may be run again (its worker killed, the database
+restarted under it: tasks/executors/runner.py), so an executor resumes from the task's
+history (`artifact_chunks`, the task's state) instead of repeating what was committed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks import services, wire
-from tasks.models import Message, MessageRole, Task
+from tasks.models import Artifact, Message, MessageRole, Task
 from tasks.states import TaskState
 
 
@@ -35,6 +37,17 @@ class ExecutorContext:
         return list(
             Message.objects.filter(task_id=self.task_id, role=MessageRole.USER).order_by("id")
         )
+
+    def artifact_chunks(self, artifact_id: str) -> tuple[int, bool]:
+        """(chunks committed, last chunk seen) of one of the task's artifacts; (0, False) when
+        it has none of that id. A re-run after a crash resumes from here (a resume, not a
+        replay: what an earlier run committed is not sent again)."""
+        row = (
+            Artifact.objects.filter(task_id=self.task_id, artifact_id=artifact_id)
+            .values_list("chunks", "complete")
+            .first()
+        )
+        return (row[0], row[1]) if row else (0, False)
 
     def latest_user_text(self) -> str:
         messages = self.user_messages()

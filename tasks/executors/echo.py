@@ -1,9 +1,15 @@
-"""`echo`: answers with an artifact echoing the input, then completes."""
+"""`echo`: answers with an artifact echoing the input, then completes.
+
+Run again after a crash, it resumes: the echo artifact is sent once (its id is fixed, and a
+committed one is not sent again), then the task completes.
+"""
 
 from __future__ import annotations
 
 from tasks.executors.base import ExecutorContext, RunAgain
 from tasks.states import TaskState
+
+ECHO_ARTIFACT_ID = "echo"
 
 
 def echo_parts(ctx: ExecutorContext) -> list[dict]:
@@ -11,10 +17,17 @@ def echo_parts(ctx: ExecutorContext) -> list[dict]:
     return list(messages[-1].parts) if messages else [{"text": ""}]
 
 
+def echo_once(ctx: ExecutorContext) -> None:
+    """The echo artifact, unless an earlier run of this task committed it (one per task: it
+    comes right before completion)."""
+    if not ctx.artifact_chunks(ECHO_ARTIFACT_ID)[1]:
+        ctx.artifact(echo_parts(ctx), artifact_id=ECHO_ARTIFACT_ID, name="echo", last_chunk=True)
+
+
 def run(ctx: ExecutorContext) -> RunAgain | None:
     task = ctx.task()
     if task.state == TaskState.SUBMITTED:
         ctx.working()
-    ctx.artifact(echo_parts(ctx), name="echo", last_chunk=True)
+    echo_once(ctx)
     ctx.finish(TaskState.COMPLETED)
     return None

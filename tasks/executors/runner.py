@@ -1,4 +1,12 @@
-"""Run one executor dispatch: claim it, run the executor under a renewed lease, release it."""
+"""Run one executor dispatch: claim it, run the executor under a renewed lease, release it.
+
+A database outage during a run (a PostgreSQL restart) is not an executor bug: the task is
+not failed. The run stops, and its dispatch is released on a fresh connection to run again
+in `RERUN_AFTER_SECONDS`, with the progress it made, so the task goes on within seconds of
+the database coming back instead of after the sweeper's lease and unclaimed delays. The
+built-in executors resume rather than replay: a step whose events are already in the task's
+history is skipped (tasks/executors/echo.py, scripted.py).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections
 
+from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
 from tasks.dispatch import dispatch_claim, dispatch_finish, dispatch_renew
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor
@@ -19,9 +28,14 @@ from tasks.states import TaskState
 
 logger = logging.getLogger(__name__)
 
+# A run the database interrupted runs again this soon (the dispatch row keeps the ETA).
+RERUN_AFTER_SECONDS = 1.0
+
 
 class _LeaseKeeper:
-    """Renews the dispatch lease every third of its length while the executor runs."""
+    """Renews the dispatch lease every third of its length while the executor runs. A renewal
+    the database refuses is tried again at the next interval on a fresh connection: a
+    restart must not let the lease lapse under a run that goes on."""
 
     def __init__(self, dispatch_id: int, worker: str) -> None:
         self._stop = threading.Event()
@@ -33,8 +47,17 @@ class _LeaseKeeper:
         interval = max(settings.A2A_DISPATCH_LEASE_SECONDS / 3, 0.5)
         try:
             while not self._stop.wait(interval):
-                if not dispatch_renew(dispatch_id=dispatch_id, worker=worker):
-                    return
+                try:
+                    if not dispatch_renew(dispatch_id=dispatch_id, worker=worker):
+                        return
+                except Exception as exc:
+                    if not database_unreachable(exc):
+                        raise
+                    logger.warning(
+                        "lease renewal refused by the database; trying again",
+                        extra={"dispatch_id": dispatch_id},
+                    )
+                    fresh_connection()
         finally:
             close_old_connections()
 
@@ -48,46 +71,66 @@ class _LeaseKeeper:
 
 
 def run_dispatch(*, dispatch_id: int, worker: str) -> str:
-    """Returns what happened: skipped, done, again, stopped or failed (for logs and tests)."""
-    claim = dispatch_claim(dispatch_id=dispatch_id, worker=worker)
+    """Returns what happened: skipped, done, again, stopped, interrupted or failed (for logs
+    and tests)."""
+    extra = {"dispatch_id": dispatch_id}
+    claim = with_reconnect(
+        lambda: dispatch_claim(dispatch_id=dispatch_id, worker=worker),
+        what="dispatch claim",
+        extra=extra,
+    )
     if claim is None:
-        logger.info("dispatch not claimable; nothing to do", extra={"dispatch_id": dispatch_id})
+        logger.info("dispatch not claimable; nothing to do", extra=extra)
         return "skipped"
-    task = Task.objects.select_related("agent").get(pk=claim.task_id)
-    executor = get_executor(task.agent.executor)
+    extra["task_id"] = claim.task_id
     ctx = ExecutorContext(task_id=claim.task_id, progress=dict(claim.progress))
-    extra = {"task_id": claim.task_id, "dispatch_id": dispatch_id}
-    if executor is None:
-        logger.error("agent has no built-in executor", extra=extra)
-        dispatch_finish(dispatch_id=dispatch_id, worker=worker)
-        return "skipped"
+
+    def release(**kwargs) -> None:
+        with_reconnect(
+            lambda: dispatch_finish(dispatch_id=dispatch_id, worker=worker, **kwargs),
+            what="dispatch release",
+            extra=extra,
+        )
+
     try:
+        task = Task.objects.select_related("agent").get(pk=claim.task_id)
+        executor = get_executor(task.agent.executor)
+        if executor is None:
+            logger.error("agent has no built-in executor", extra=extra)
+            release()
+            return "skipped"
         with _LeaseKeeper(dispatch_id, worker):
             outcome = executor(ctx)
     except Exception as exc:
+        if database_unreachable(exc):
+            # Whatever the executor committed before the outage stays; a resume skips it.
+            logger.warning(
+                "database unreachable during the run; running it again shortly", extra=extra
+            )
+            fresh_connection()
+            release(progress=ctx.progress, run_again_after=RERUN_AFTER_SECONDS)
+            return "interrupted"
         if isinstance(exc, TaskTerminal | IllegalTransition) and getattr(exc, "terminal", True):
             # Canceled (or otherwise finished) under our feet: a normal stop, not an error.
             logger.info("task finished while the executor ran; stopping", extra=extra)
-            dispatch_finish(dispatch_id=dispatch_id, worker=worker, progress=ctx.progress)
+            release(progress=ctx.progress)
             return "stopped"
         # Anything else, an illegal move included, is an executor bug: fail the task now
         # rather than leave the claim to lapse and the sweeper to retry the same bug.
         logger.exception("executor crashed; failing the task", extra=extra)
-        from tasks.services import task_transition
-
-        with contextlib.suppress(TaskTerminal, IllegalTransition):
-            task_transition(
-                task_id=claim.task_id, to_state=TaskState.FAILED, message="executor error"
-            )
-        dispatch_finish(dispatch_id=dispatch_id, worker=worker, progress=ctx.progress)
+        with_reconnect(lambda: _fail(claim.task_id), what="fail the task", extra=extra)
+        release(progress=ctx.progress)
         return "failed"
     if isinstance(outcome, RunAgain):
-        dispatch_finish(
-            dispatch_id=dispatch_id,
-            worker=worker,
-            progress=ctx.progress,
-            run_again_after=outcome.after_seconds,
-        )
+        release(progress=ctx.progress, run_again_after=outcome.after_seconds)
         return "again"
-    dispatch_finish(dispatch_id=dispatch_id, worker=worker, progress=ctx.progress)
+    release(progress=ctx.progress)
     return "done"
+
+
+def _fail(task_id: str) -> None:
+    from tasks.services import task_transition
+
+    # Finished meanwhile (or failed by a try whose commit went unacknowledged): nothing to do.
+    with contextlib.suppress(TaskTerminal, IllegalTransition):
+        task_transition(task_id=task_id, to_state=TaskState.FAILED, message="executor error")

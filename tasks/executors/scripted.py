@@ -13,7 +13,8 @@ message is answered like `echo` and completes. Documented for clients in docs/ex
     message     answer with a direct Message (no task result)
 
 After the last step the task completes with an artifact echoing the latest client message.
-Finding its task canceled is a normal stop.
+Finding its task canceled is a normal stop. Run again after a crash, it resumes: `chunks`
+continues after the chunks already committed, the echo artifact is sent once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from tasks.executors.base import ExecutorContext, RunAgain
-from tasks.executors.echo import echo_parts
+from tasks.executors.echo import echo_once
 from tasks.states import TaskState
 
 MAX_SECONDS = 3600
@@ -86,7 +87,9 @@ def run(ctx: ExecutorContext) -> RunAgain | None:
             ctx.progress["waited"] = False
         elif step.verb == "chunks":
             artifact_id = f"chunks-{pc}"
-            for i in range(step.count):
+            # A re-run resumes after the chunks an earlier run committed (none repeated).
+            done, complete = ctx.artifact_chunks(artifact_id)
+            for i in range(step.count if complete else done, step.count):
                 ctx.artifact(
                     [{"text": f"chunk {i + 1} of {step.count}"}],
                     artifact_id=artifact_id,
@@ -95,10 +98,12 @@ def run(ctx: ExecutorContext) -> RunAgain | None:
                     last_chunk=i == step.count - 1,
                 )
         elif step.verb in ("ask", "auth"):
-            ctx.progress["pc"] = pc + 1
             state = TaskState.INPUT_REQUIRED if step.verb == "ask" else TaskState.AUTH_REQUIRED
             prompt = "Please send more input." if step.verb == "ask" else "Please authenticate."
             ctx.finish(state, prompt)
+            # Past the step only once the move committed: a run the database interrupted
+            # asks again rather than skip the question.
+            ctx.progress["pc"] = pc + 1
             return None
         elif step.verb == "fail":
             ctx.finish(TaskState.FAILED, "scripted failure")
@@ -112,6 +117,6 @@ def run(ctx: ExecutorContext) -> RunAgain | None:
         pc += 1
         ctx.progress["pc"] = pc
 
-    ctx.artifact(echo_parts(ctx), name="echo", last_chunk=True)
+    echo_once(ctx)
     ctx.finish(TaskState.COMPLETED)
     return None
