@@ -170,6 +170,20 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One name per choice set shared by several resources.
+    "ENUM_NAME_OVERRIDES": {
+        "AgentExecutor": "agents.models.Executor",
+        "AgentAuthMode": "agents.models.AuthMode",
+        "AnonymousListing": "agents.models.AnonymousListing",
+        "PushChannelPolicy": "agents.models.PushChannelPolicy",
+        "OnDrainTimeout": "agents.models.OnDrainTimeout",
+        "ApiKeyKind": "agents.models.ApiKeyKind",
+        "SigningKeyState": "agents.models.SigningKeyState",
+        "DeliveryState": "webhooks.models.DeliveryState",
+        "RebindState": "webhooks.models.RebindState",
+        "AlertKind": "webhooks.models.AlertKind",
+        "TokenScope": "a2a_platform.api.models.TokenScope",
+    },
 }
 
 # --- Celery -----------------------------------------------------------------------------

@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from google.protobuf import json_format
 
 from a2a_platform.lib.crypto import token_digest, token_matches, token_new, token_prefix
+from agents.card_render import render_card
 from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind
 from agents.signing import signing_key_create_for_new_agent
 
@@ -17,12 +20,80 @@ TOKEN_PREFIX = "a2a"
 
 
 class AgentError(Exception):
-    """Bad agent or key input (an operator's mistake), with a message to show them."""
+    """Bad agent or key input (an operator's mistake), with a message to show them and, when
+    known, the offending fields (`{field: [problem, ...]}`)."""
+
+    def __init__(self, message: str, *, fields: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.fields = fields or {}
 
 
 def validate_slug(slug: str) -> None:
     if slug.lower() in RESERVED_SLUGS:
-        raise AgentError(f"slug {slug!r} is reserved: it collides with a route")
+        problem = "reserved: it collides with a route"
+        raise AgentError(f"slug {slug!r} is {problem}", fields={"slug": [problem]})
+
+
+# What an operator may set on an agent through any interface (the admin's form has the same
+# fields); the slug is fixed once the agent exists (its URLs, its clients' configs).
+EDITABLE_FIELDS = frozenset(
+    {
+        "name",
+        "description",
+        "version",
+        "provider_organization",
+        "provider_url",
+        "documentation_url",
+        "skills",
+        "default_input_modes",
+        "default_output_modes",
+        "extensions",
+        "push_notifications_enabled",
+        "streaming_enabled",
+        "card_max_age",
+        "push_rebind_policy",
+        "push_rebind_deadline",
+        "push_rebind_on_timeout",
+        "push_rebind_min_overlap",
+        "executor",
+        "auth_mode",
+        "anonymous_list_tasks",
+        "strict_version_header",
+        "is_default",
+        "enabled",
+    }
+)
+
+
+def agent_check(agent: Agent) -> None:
+    """The rules every interface's agent edit obeys, beyond the model's own validation: the
+    slug is not a route, the default drain deadline is one a rebind may have, and the card
+    renders (skills, modes and extensions are A2A objects: a card that cannot be rendered
+    would answer its clients with a 500). Raises AgentError naming the field."""
+    validate_slug(agent.slug)
+    limit = settings.A2A_REBIND_MAX_DEADLINE_SECONDS
+    if not 1 <= agent.push_rebind_deadline <= limit:
+        problem = f"between 1 and {limit} seconds"
+        raise AgentError(
+            f"push_rebind_deadline: {problem}", fields={"push_rebind_deadline": [problem]}
+        )
+    for field in ("skills", "default_input_modes", "default_output_modes", "extensions"):
+        if not isinstance(getattr(agent, field), list):
+            raise AgentError(f"{field}: a JSON list", fields={field: ["a JSON list"]})
+    try:
+        render_card(agent, origin="https://agent.invalid")
+    except (json_format.ParseError, TypeError, ValueError, AttributeError) as exc:
+        raise AgentError(f"the card does not render: {exc}", fields={"card": [str(exc)]}) from None
+
+
+def _full_clean(agent: Agent) -> None:
+    try:
+        # The single-default constraint is checked by the database after the old default is
+        # demoted; validated here it would refuse every `is_default` while one exists.
+        agent.full_clean(validate_constraints=not agent.is_default)
+    except ValidationError as exc:
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+        raise AgentError(problems, fields=exc.message_dict) from None
 
 
 def agent_create(
@@ -42,6 +113,9 @@ def agent_create(
     active signing key (so its card is signed and its JWKS lists a key from the first read).
     """
     validate_slug(slug)
+    unknown = set(fields) - EDITABLE_FIELDS
+    if unknown:
+        raise AgentError(f"not agent fields: {', '.join(sorted(unknown))}")
     fields.setdefault("default_input_modes", ["text/plain"])
     fields.setdefault("default_output_modes", ["text/plain"])
     agent = Agent(
@@ -53,13 +127,8 @@ def agent_create(
         is_default=is_default,
         **fields,
     )
-    try:
-        # The single-default constraint is checked by the database after the old default is
-        # demoted below; validated here it would refuse every `is_default` while one exists.
-        agent.full_clean(validate_constraints=not is_default)
-    except ValidationError as exc:
-        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-        raise AgentError(problems) from None
+    _full_clean(agent)
+    agent_check(agent)
     with transaction.atomic(durable=True):
         if is_default:
             Agent.objects.filter(is_default=True).update(is_default=False)
@@ -123,7 +192,7 @@ def agent_save(*, agent: Agent) -> Agent:
 
     Not durable: the admin's change form runs it inside its own transaction.
     """
-    validate_slug(agent.slug)
+    agent_check(agent)
     adding = agent._state.adding
     with transaction.atomic():
         if agent.is_default:
@@ -131,4 +200,25 @@ def agent_save(*, agent: Agent) -> Agent:
         agent.save()
         if adding:
             signing_key_create_for_new_agent(agent)
+    return agent
+
+
+def agent_update(*, agent_pk: int, changes: dict[str, Any]) -> Agent:
+    """Change an agent's editable fields (EDITABLE_FIELDS; the slug stays): validated as the
+    model and `agent_check` require, the default moved if `is_default` is set. Each process
+    serving it sees the change within A2A_AGENT_CACHE_SECONDS (at once in this one).
+
+    One outermost transaction, the agent row locked. Raises AgentError, Agent.DoesNotExist."""
+    unknown = set(changes) - EDITABLE_FIELDS
+    if unknown:
+        raise AgentError(f"not editable: {', '.join(sorted(unknown))}")
+    with transaction.atomic(durable=True):
+        agent = Agent.objects.select_for_update().get(pk=agent_pk)
+        for field, value in changes.items():
+            setattr(agent, field, value)
+        _full_clean(agent)
+        agent_check(agent)
+        if agent.is_default:
+            Agent.objects.filter(is_default=True).exclude(pk=agent.pk).update(is_default=False)
+        agent.save(update_fields=[*changes, "updated_at"])
     return agent

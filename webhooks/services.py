@@ -217,10 +217,15 @@ def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
 
 
 @transaction.atomic(durable=True)
-def alert_resolve(*, alert_pk: int, actor: str) -> None:
-    """Resolve an open alert (audited). The outermost transaction: never inside another."""
-    Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(resolved_at=timezone.now())
-    OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
+def alert_resolve(*, alert_pk: int, actor: str) -> bool:
+    """Resolve an open alert, audited; an alert already resolved is left as it is (and not
+    audited again). True when this call resolved it. The outermost transaction."""
+    changed = Alert.objects.filter(pk=alert_pk, resolved_at__isnull=True).update(
+        resolved_at=timezone.now()
+    )
+    if changed:
+        OperatorAction.record(actor, "resolve_alert", {"alert": alert_pk})
+    return bool(changed)
 
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:

@@ -82,7 +82,7 @@ def _mapped(exc: Exception) -> ApiError | None:
         message = exc.description if isinstance(exc, RebindInvalid) else str(exc)
         return invalid(exc.field, message)
     if isinstance(exc, AgentError):
-        return ApiError(str(exc))
+        return ApiError(str(exc), fields=exc.fields) if exc.fields else ApiError(str(exc))
     if isinstance(exc, RebindNotFound | Http404 | ObjectDoesNotExist):
         return not_found(str(exc) or "not found")
     if isinstance(exc, RebindConflict):

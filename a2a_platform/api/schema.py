@@ -4,10 +4,13 @@ class of every DRF view (settings DEFAULT_SCHEMA_CLASS), the worker API's includ
 
 from __future__ import annotations
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
+
+from tasks.api import serializers as worker_serializers
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -90,3 +93,35 @@ class WorkerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "An agent's worker API key `a2a_...` (docs/worker-api.md)",
         }
+
+
+# --- the worker API (tasks/api/): plain APIViews, described here so /api/schema/ covers every
+# route under /api/v1/ without touching the views; bodies are documented in docs/worker-api.md.
+
+
+def _describe_worker_view(name: str, method: str, request: object) -> None:
+    def view_replacement(self):
+        described = extend_schema(
+            request=request, responses={200: OpenApiTypes.OBJECT}, tags=["worker"]
+        )
+        return extend_schema_view(**{method: described})(
+            type(name, (self.target_class,), {"__module__": self.target_class.__module__})
+        )
+
+    type(
+        f"{name}Schema",
+        (OpenApiViewExtension,),
+        {"target_class": f"tasks.api.views.{name}", "view_replacement": view_replacement},
+    )
+
+
+for _name, _method, _request in [
+    ("TaskListView", "get", None),
+    ("ClaimView", "post", OpenApiTypes.OBJECT),
+    ("DispatchRenewView", "post", None),
+    ("DispatchFinishView", "post", worker_serializers.FinishSerializer),
+    ("TransitionView", "post", worker_serializers.TransitionSerializer),
+    ("ArtifactView", "post", worker_serializers.ArtifactSerializer),
+    ("MessageView", "post", worker_serializers.MessageSerializer),
+]:
+    _describe_worker_view(_name, _method, _request)

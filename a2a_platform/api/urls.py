@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from django.urls import path
 
-from a2a_platform.api import deliveries, endpoints, push_configs, rebinds, tasks, tokens
+from a2a_platform.api import (
+    agents,
+    alerts,
+    deliveries,
+    endpoints,
+    push_configs,
+    rebinds,
+    tasks,
+    tokens,
+)
 
 REBIND_ACTIONS = [
     "advance",
@@ -20,6 +29,7 @@ REBIND_ACTIONS = [
 delivery_urls = [
     path("deliveries/", deliveries.DeliveryList.as_view(), name="deliveries"),
     path("deliveries/replay", deliveries.DeliveryReplay.as_view(), name="deliveries-replay"),
+    path("deliveries/retry", deliveries.DeliveryRetry.as_view(), name="deliveries-retry"),
     path("deliveries/<uuid:event_id>", deliveries.DeliveryDetail.as_view(), name="delivery"),
 ]
 
@@ -73,7 +83,36 @@ endpoint_urls = [
     ),
 ]
 
+agent_urls = [
+    path("agents/", agents.AgentList.as_view(), name="agents"),
+    path("agents/<slug:slug>", agents.AgentDetail.as_view(), name="agent"),
+    path("agents/<slug:slug>/keys/", agents.ApiKeyList.as_view(), name="agent-keys"),
+    path(
+        "agents/<slug:slug>/keys/<uuid:key_id>/revoke",
+        agents.ApiKeyRevoke.as_view(),
+        name="agent-key-revoke",
+    ),
+    path(
+        "agents/<slug:slug>/signing-keys/",
+        agents.SigningKeyList.as_view(),
+        name="agent-signing-keys",
+    ),
+    path(
+        "agents/<slug:slug>/signing-keys/rotate",
+        agents.SigningKeyRotate.as_view(),
+        name="agent-signing-key-rotate",
+    ),
+]
+
+alert_urls = [
+    path("alerts/", alerts.AlertList.as_view(), name="alerts"),
+    path("alerts/<int:pk>/resolve", alerts.AlertResolve.as_view(), name="alert-resolve"),
+    path("dashboard", alerts.Dashboard.as_view(), name="dashboard"),
+]
+
 urlpatterns = [
+    *agent_urls,
+    *alert_urls,
     *delivery_urls,
     *rebind_urls,
     *token_urls,
