@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.views import ApiListView, ApiView
 from webhooks import selectors
+from webhooks.delivery_actions import delivery_replay_explained, delivery_retry_now
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
-from webhooks.services import delivery_replay
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -74,10 +74,13 @@ class DeliveryFilter(django_filters.FilterSet):
     task = django_filters.UUIDFilter(field_name="task_id")
     agent = django_filters.CharFilter(field_name="task__agent__slug", max_length=64)
     endpoint = django_filters.CharFilter(field_name="binding__endpoint__origin", max_length=300)
+    since = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="written at or after this time"
+    )
 
     class Meta:
         model = Delivery
-        fields = ["state", "kind", "task", "agent", "endpoint"]
+        fields = ["state", "kind", "task", "agent", "endpoint", "since"]
 
 
 class DeliveryView(ApiView):
@@ -111,13 +114,30 @@ class ReplaySerializer(serializers.Serializer):
     ids = serializers.ListField(child=serializers.UUIDField(), min_length=1, max_length=1000)
 
 
+class SkippedSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    reason = serializers.ChoiceField(
+        choices=[
+            "not_found",
+            "not_waiting",
+            "due",
+            "endpoint_paused",
+            "config_deleted",
+            "not_replayable",
+        ]
+    )
+    message = serializers.CharField()
+
+
 class ReplayResultSerializer(serializers.Serializer):
     replayed = serializers.IntegerField()
     requested = serializers.IntegerField()
+    skipped = SkippedSerializer(many=True, help_text="each delivery left alone, and why")
 
 
 class DeliveryReplay(DeliveryView):
-    """Re-open dead-lettered or delivered deliveries (audited). Others are left as they are."""
+    """Re-open dead-lettered or delivered deliveries (audited). Others are left as they are,
+    each listed in `skipped` with the reason."""
 
     serializer_class = ReplaySerializer
 
@@ -125,6 +145,27 @@ class DeliveryReplay(DeliveryView):
     def post(self, request):
         data = ReplaySerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        pks = selectors.delivery_pks(data.validated_data["ids"])
-        count = delivery_replay(delivery_pks=pks, actor=self.actor)
-        return Response({"replayed": count, "requested": len(data.validated_data["ids"])})
+        outcome = delivery_replay_explained(event_ids=data.validated_data["ids"], actor=self.actor)
+        return Response(ReplayResultSerializer(outcome).data)
+
+
+class RetryResultSerializer(serializers.Serializer):
+    retried = serializers.IntegerField()
+    requested = serializers.IntegerField()
+    skipped = SkippedSerializer(many=True, help_text="each delivery left alone, and why")
+
+
+class DeliveryRetry(DeliveryView):
+    """Retry now: deliveries waiting for their next try are tried at once (attempt count and
+    schedule kept; audited). Others are left as they are, each listed in `skipped`."""
+
+    serializer_class = ReplaySerializer
+
+    @extend_schema(request=ReplaySerializer, responses=RetryResultSerializer)
+    def post(self, request):
+        data = ReplaySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        ids = data.validated_data["ids"]
+        outcome = delivery_retry_now(event_ids=ids, actor=self.actor)
+        answer = {"retried": len(outcome.done), "requested": len(set(ids))}
+        return Response(RetryResultSerializer({**answer, "skipped": outcome.skipped}).data)
