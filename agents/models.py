@@ -36,11 +36,23 @@ class Executor(models.TextChoices):
     ECHO = "echo", "echo (built-in)"
     SCRIPTED = "scripted", "scripted (built-in, deterministic)"
     EXTERNAL = "external", "external worker (REST API)"
+    CONFORMANCE = (
+        "conformance",
+        "conformance (built-in, stays WORKING until told; docs/executors.md)",
+    )
 
 
 class AuthMode(models.TextChoices):
     PUBLIC = "public", "public (no credentials)"
     API_KEY = "api_key", "API key"
+
+
+class AnonymousListing(models.TextChoices):
+    """What ListTasks answers an anonymous caller (a public agent) who names no contextId."""
+
+    REFUSE = "refuse", "refuse unless a contextId is named (the default)"
+    ANONYMOUS_TASKS = "anonymous", "list every task anonymous callers made"
+    EMPTY = "empty", "an empty list unless a contextId is named"
 
 
 class PushChannelPolicy(models.TextChoices):
@@ -93,6 +105,18 @@ class Agent(models.Model):
     )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
     auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
+    # Interoperability switches (docs/protocol.md; docs/decisions.md, issue 18).
+    anonymous_list_tasks = models.CharField(
+        max_length=16,
+        choices=AnonymousListing.choices,
+        default=AnonymousListing.REFUSE,
+        help_text="ListTasks by anonymous callers (public agents) that name no contextId.",
+    )
+    strict_version_header = models.BooleanField(
+        default=False,
+        help_text="A request without an A2A-Version header is 0.3, as the spec says (§3.6.2). "
+        "Off: it is versioned by its method name (lenient, the default).",
+    )
     is_default = models.BooleanField(
         default=False, help_text="Also served at the origin root (at most one agent)."
     )

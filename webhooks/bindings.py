@@ -19,7 +19,7 @@ from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.models import Task
 from webhooks.models import CONFIG_ID, Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
-from webhooks.ssrf import UnsafeDestination, check_url
+from webhooks.ssrf import UnsafeDestination, check_url_at_registration
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
@@ -72,7 +72,7 @@ def push_config_check(config: dict[str, Any]) -> CheckedConfig:
     if problem:
         raise InvalidPayload(*problem)
     try:
-        check_url(cfg.url)
+        check_url_at_registration(cfg.url)
     except UnsafeDestination as exc:
         raise InvalidPayload("url", str(exc)) from None
     return CheckedConfig(cfg)

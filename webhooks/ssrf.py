@@ -313,6 +313,20 @@ def check_url(url: str) -> ParsedTarget:
     return target
 
 
+def check_url_at_registration(url: str) -> ParsedTarget:
+    """`check_url` when A2A_WEBHOOK_RESOLVE_AT_REGISTRATION is on (the default). Off, a host
+    name is not resolved here: the URL's form and an IP literal's address are still checked,
+    and the name's addresses are checked at connect time, as on every send (the transport's
+    resolver runs `check_addresses`), so a name that resolves nowhere, or somewhere private,
+    fails its deliveries instead of its registration. For networks without public DNS."""
+    if getattr(settings, "A2A_WEBHOOK_RESOLVE_AT_REGISTRATION", True):
+        return check_url(url)
+    target = parse_url(url)
+    if target.literal:
+        check_addresses(target, [target.host])
+    return target
+
+
 def check_addresses(target: ParsedTarget, addresses: list[str]) -> None:
     """Refuse unless every address is public or allowlisted and, for plain http, every one is
     allowlisted. Run on the addresses a URL resolves to, and again at connect time."""

@@ -27,7 +27,12 @@ from a2a_platform.protocol.binding import (
 )
 from a2a_platform.protocol.body import parse_json, read_body
 from a2a_platform.protocol.context import V03, V1
-from a2a_platform.protocol.errors import METHOD_NOT_FOUND, ProtocolError, invalid_params
+from a2a_platform.protocol.errors import (
+    METHOD_NOT_FOUND,
+    VERSION_NOT_SUPPORTED,
+    ProtocolError,
+    invalid_params,
+)
 from a2a_platform.protocol.routes import METHODS, STREAMING_OPERATIONS, Route
 
 _INT_QUERY = {"pageSize", "historyLength"}
@@ -70,7 +75,8 @@ def _path_params(route: Route) -> dict[str, str]:
 async def handle(request: Request, route: Route) -> Response:
     """A request to an operation's route."""
     try:
-        version = V03 if route.legacy else (requested_version(request) or V1)
+        header_version = requested_version(request)
+        version = V03 if route.legacy else (header_version or V1)
         if version == V03 and not route.legacy:
             raise ProtocolError(METHOD_NOT_FOUND, "v0.3 clients use the agent's v0.3 interface URL")
         params = _query_params(request)
@@ -83,6 +89,15 @@ async def handle(request: Request, route: Route) -> Response:
                 params.update(data)
         params.update(_path_params(route))
         ctx = await request_ctx(request, route.tenant, version)
+        if header_version is None and not route.legacy and ctx.agent.strict_version_header:
+            # The agent's strict switch: no A2A-Version header means 0.3 (§3.6.2), which
+            # this URL does not serve.
+            raise ProtocolError(
+                VERSION_NOT_SUPPORTED,
+                "no A2A-Version header means 0.3, which this URL does not serve: send "
+                "A2A-Version: 1.0, or use the agent's v0.3 interface URL",
+                metadata={"supported": "1.0"},
+            )
         if route.name in STREAMING_OPERATIONS:
             last_event_id = request.headers.get("last-event-id")
             return await open_stream(ctx, route.name, params, last_event_id, rest=True)

@@ -143,12 +143,16 @@ async def _rpc_one(
         params = item.get("params", {})
         if params is not None and not isinstance(params, dict):
             raise invalid_params("params", "must be an object")
-        version, op_name = _method_version(method, header_version)
-        if in_batch and op_name in STREAMING_OPERATIONS:
-            raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
         tenant = (params or {}).get("tenant")
         if tenant is not None and (not isinstance(tenant, str) or not tenant):
             raise invalid_params("tenant", "must be a non-empty string")
+        if header_version is None and (await ctx_for(V1, tenant)).agent.strict_version_header:
+            # The agent's strict switch: no A2A-Version header means 0.3 (§3.6.2). Lenient
+            # (the default): the method name says which version it is.
+            header_version = V03
+        version, op_name = _method_version(method, header_version)
+        if in_batch and op_name in STREAMING_OPERATIONS:
+            raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
         ctx = await ctx_for(version, tenant)
         if op_name in STREAMING_OPERATIONS:
             stream = await open_stream(ctx, op_name, params or {}, last_event_id, rpc_id=id_)

@@ -40,6 +40,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from agents.card_render import agent_base_url, render_card
+from agents.models import AnonymousListing
 from agents.readiness import capabilities as agent_capabilities
 from tasks import selectors, services, wire
 from tasks.errors import TaskNotFound
@@ -148,9 +149,15 @@ async def list_tasks(ctx: Ctx, params: Params) -> dict:
     history_length = parse_history_length(req)
     include_artifacts = req.include_artifacts if req.HasField("include_artifacts") else False
     if ctx.principal == ANONYMOUS and not req.context_id:
-        raise invalid_params(
-            "contextId", "anonymous callers list only the tasks of a contextId they name"
-        )
+        # The agent's choice (Agent.anonymous_list_tasks, docs/protocol.md): refuse (the
+        # default), list every anonymous caller's tasks (one principal), or an empty page.
+        policy = ctx.agent.anonymous_list_tasks
+        if policy == AnonymousListing.EMPTY:
+            return {"tasks": [], "nextPageToken": "", "pageSize": page_size, "totalSize": 0}
+        if policy != AnonymousListing.ANONYMOUS_TASKS:
+            raise invalid_params(
+                "contextId", "anonymous callers list only the tasks of a contextId they name"
+            )
     cursor = _decode_cursor(req.page_token) if req.page_token else None
     after = None
     if req.HasField("status_timestamp_after"):
@@ -193,6 +200,8 @@ async def create_push_config(ctx: Ctx, params: Params) -> dict:
     req = parse_request(params, a2a_pb2.TaskPushNotificationConfig)
     if not req.task_id:
         raise invalid_params("taskId", "is required")
+    # The task first: a foreign or unknown task id is "task not found" whatever the URL.
+    await orm(lambda: visible_task(ctx, req.task_id))
     checked = await checked_push_config(params)
     issuer = card_url(ctx)
 
