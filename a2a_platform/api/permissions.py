@@ -28,6 +28,11 @@ class ScopedPermission(BasePermission):
     message = "this token or user lacks the permission this operation needs"
 
     def has_permission(self, request, view) -> bool:
+        if request.method.lower() not in view.http_method_names or not hasattr(
+            view, request.method.lower()
+        ):
+            # A method the resource lacks is a 405 for any signed-in caller, not a 403.
+            return bool(request.user and request.user.is_authenticated)
         perm = view.required_perm(request)
         return perm is not None and has_scoped_perm(request, perm)
 
