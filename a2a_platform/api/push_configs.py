@@ -63,7 +63,7 @@ class PushConfigList(PushConfigView):
     serializer_class = PushConfigListSerializer
     pagination_class = None
 
-    @extend_schema(responses=PushConfigListSerializer)
+    @extend_schema(responses=PushConfigListSerializer, operation_id="tasks_push_configs_list")
     def get(self, request, task_id):
         configs = selectors.task_push_configs(self.task(task_id))
         return Response(PushConfigListSerializer({"results": map(config_json, configs)}).data)

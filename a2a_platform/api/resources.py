@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 
 import django_filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
 from a2a_platform.api.errors import invalid
 from a2a_platform.api.permissions import perm_for
@@ -34,6 +36,7 @@ def positive_id_param(name: str, value: str) -> int:
     return pk
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
 class StrictBooleanFilter(django_filters.TypedChoiceFilter):
     """`true` or `false`; anything else is a 400 (django-filter's BooleanFilter reads an
     unknown value as "not given")."""
