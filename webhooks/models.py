@@ -163,12 +163,16 @@ class DeliveryAttempt(models.Model):
     response_excerpt = models.TextField(blank=True)
     request_headers = models.JSONField(default=dict, blank=True)
     manual = models.BooleanField(default=False, help_text="an operator replay")
+    # The failure in words (webhooks/transport.py's failure_detail): "connection refused",
+    # "certificate has expired", "HTTP 503 Service Unavailable from the receiver". Never
+    # the URL's path or query, the headers or a credential.
+    error_detail = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["delivery", "number"]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of {self.delivery_id}"
+        return f"attempt {self.number} of delivery {self.delivery_id}"
 
 
 class AlertKind(models.TextChoices):

@@ -101,6 +101,7 @@ class AttemptResult(NamedTuple):
     status: int | None
     error_class: str
     excerpt: str
+    detail: str = ""  # the failure in words (webhooks/transport.py's failure_detail)
 
 
 class OutboxStore(Protocol):
@@ -304,6 +305,7 @@ def _claim_write_sql() -> str:
             "request_headers": "u.headers::jsonb",
             "manual": "u.manual",
             "error_class": _default(DeliveryAttempt, "error_class"),
+            "error_detail": _default(DeliveryAttempt, "error_detail"),
             "response_excerpt": _default(DeliveryAttempt, "response_excerpt"),
         },
     )
@@ -347,10 +349,10 @@ def _record_write_sql() -> str:
 WITH tried AS (
     UPDATE {_table(DeliveryAttempt)} a
     SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
-        response_excerpt = u.excerpt
+        response_excerpt = u.excerpt, error_detail = u.detail
     FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
-                %(errors)s::text[], %(excerpts)s::text[])
-         AS u(id, duration_ms, status, error_class, excerpt)
+                %(errors)s::text[], %(excerpts)s::text[], %(details)s::text[])
+         AS u(id, duration_ms, status, error_class, excerpt, detail)
     WHERE a.id = u.id
 ), delivered AS (
     UPDATE {_table(Delivery)} d
@@ -438,6 +440,7 @@ class PgOutboxStore:
                 "statuses": [r.status for r in results],
                 "errors": [r.error_class for r in results],
                 "excerpts": [r.excerpt for r in results],
+                "details": [r.detail[:300] for r in results],
                 "now": now,
                 "delivered": [pk for pk, _ in delivered],
                 "delivered_statuses": [status for _, status in delivered],
@@ -588,6 +591,7 @@ class OrmOutboxStore:
                 status=r.status,
                 error_class=r.error_class,
                 response_excerpt=r.excerpt,
+                error_detail=r.detail[:300],
             )
         by_status: dict[int, list[int]] = collections.defaultdict(list)
         for pk, status in delivered:

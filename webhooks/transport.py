@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import errno
 import functools
 import logging
 import math
@@ -61,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from http import HTTPStatus
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -106,7 +108,9 @@ class TransportResult:
     duration_ms: float
     error_class: str | None
     retry_after: float | None
-    # A short human explanation of `error_class` (never contains the URL's path or query).
+    # A short human explanation of `error_class`, plain words first ("connection refused",
+    # "certificate has expired", "timed out after 10 s"), then the technical reason; never
+    # the URL's path or query. `failure_detail` adds the HTTP status of a refused answer.
     error_detail: str | None = None
 
     @property
@@ -357,11 +361,13 @@ async def _attempt(sender: _Sender, request: PostRequest, timeout: float) -> Tra
             error_detail=detail,
         )
     except UnsafeDestination as exc:
-        return _failure("dns" if exc.reason == "unresolvable" else "ssrf", str(exc), started)
+        if exc.reason == "unresolvable":
+            return _failure("dns", f"name does not resolve ({exc})", started)
+        return _failure("ssrf", f"destination refused: {exc}", started)
     except _BadBundle as exc:
         return _failure("tls", str(exc), started)
     except TimeoutError:
-        return _failure("timeout", "the delivery timeout elapsed", started)
+        return _failure("timeout", f"timed out after {timeout:g} s", started)
     except aiohttp.ClientSSLError as exc:
         return _failure("tls", _reason(exc), started)
     except aiohttp.ClientConnectorError as exc:
@@ -488,12 +494,58 @@ def _context_for(ca_bundle: str | None, version: tuple[int, int, int] | None) ->
 
 
 def _reason(exc: BaseException) -> str:
-    """What went wrong, without the URL (whose path or query may hold a secret)."""
+    """What went wrong, plain words first when we know them, then the exception's own text;
+    without the URL (whose path or query may hold a secret)."""
     cause = exc.__cause__ or getattr(exc, "os_error", None) or exc
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         cause = exc.certificate_error
     text = str(cause) if not isinstance(cause, aiohttp.ClientConnectorError) else cause.strerror
-    return f"{type(cause).__name__}: {text}"
+    technical = f"{type(cause).__name__}: {text}"
+    plain = _plain_words(cause)
+    return f"{plain} ({technical})" if plain else technical
+
+
+def _plain_words(cause: BaseException) -> str | None:
+    """An operator's words for the failures a receiver usually causes (what Svix and Stripe
+    dashboards show), or None to show the exception's text alone."""
+    if isinstance(cause, ssl.SSLCertVerificationError) and cause.verify_message:
+        return cause.verify_message  # "certificate has expired", "self-signed certificate"
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(cause, ConnectionResetError):
+        return "connection reset by the receiver"
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return "the receiver closed the connection without answering"
+    if isinstance(cause, socket.gaierror):
+        return "name does not resolve"
+    if isinstance(cause, OSError) and cause.errno in _ERRNO_WORDS:
+        return _ERRNO_WORDS[cause.errno]
+    return None
+
+
+_ERRNO_WORDS = {
+    errno.ENETUNREACH: "network unreachable",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ECONNABORTED: "connection aborted",
+    errno.EPIPE: "the receiver closed the connection while we were sending",
+}
+
+
+def failure_detail(result: TransportResult) -> str:
+    """What an attempt's row keeps as its human-readable reason: the transport's detail, or
+    for an answer that is not 2xx its status ("HTTP 503 Service Unavailable from the
+    receiver"), with the transport's note on the body when it broke. Empty for a success
+    without a note. Never the URL, the headers or the body (the receiver's or ours)."""
+    parts = []
+    if result.status is not None and not result.ok:
+        try:
+            phrase = f" {HTTPStatus(result.status).phrase}"
+        except ValueError:
+            phrase = ""
+        parts.append(f"HTTP {result.status}{phrase} from the receiver")
+    if result.error_detail:
+        parts.append(result.error_detail)
+    return "; ".join(parts)[:300]
 
 
 # --- results --------------------------------------------------------------------------------
