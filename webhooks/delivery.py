@@ -39,7 +39,7 @@ from webhooks.endpoint_health import (
 )
 from webhooks.models import AlertKind, Delivery, DeliveryAttempt, DeliveryState, Endpoint
 from webhooks.outbox_store import AttemptResult, Head, NewAttempt, Recorded, get_outbox_store
-from webhooks.transport import TransportResult
+from webhooks.transport import TransportResult, failure_detail
 from webhooks.wake import wake_on_commit
 
 logger = logging.getLogger(__name__)
@@ -297,6 +297,7 @@ def delivery_record_many(
                 status=result.status,
                 error_class=result.error_class or "",
                 excerpt=result.body_excerpt[:2000],
+                detail=failure_detail(result),
             )
             for claim, result in results
         ]
