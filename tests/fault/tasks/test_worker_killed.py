@@ -180,10 +180,17 @@ def test_lapsed_lease_of_a_killed_worker_is_re_dispatched(scripted_agent, procs)
     assert dispatch.claims == 2
     assert dispatch.claimed_by.startswith("second@")
     assert re_enqueued_in(second, dispatch)
-    # The re-run rebuilt the artifact from its first chunk: nothing of the dead run is mixed in.
+    # The re-run resumed after the chunks the dead run committed: each chunk is one event.
     artifact = task.artifacts.get(artifact_id="chunks-0")
     assert artifact.complete
     assert artifact.chunks == chunks
     assert artifact.parts == [{"text": f"chunk {i} of {chunks}"} for i in range(1, chunks + 1)]
+    sent = [
+        part["text"]
+        for e in TaskEvent.objects.filter(task=task, kind=EventKind.ARTIFACT).order_by("seq")
+        if e.payload["artifactUpdate"]["artifact"]["artifactId"] == "chunks-0"
+        for part in e.payload["artifactUpdate"]["artifact"]["parts"]
+    ]
+    assert sent == [f"chunk {i} of {chunks}" for i in range(1, chunks + 1)]
     seqs = list(TaskEvent.objects.filter(task=task).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, task.last_seq + 1))
