@@ -45,6 +45,11 @@ SCHEDULES: dict[str, Schedule] = {
     # Advances open rebinds: counts, completion, deadlines, scheduled starts (webhooks/rebind.py).
     "rebind monitor": Schedule(REBIND_MONITOR_JOB, "A2A_REBIND_MONITOR_INTERVAL_SECONDS"),
     "tasks outlive card check": Schedule(CARD_AGE_CHECK_JOB, "A2A_CARD_AGE_CHECK_INTERVAL_SECONDS"),
+    # The management API's Idempotency-Key claims older than 24 h (a2a_platform/api/jobs.py;
+    # named, not imported: the API is a layer above webhooks).
+    "purge idempotency keys": Schedule(
+        "platform_api.purge_idempotency_keys", "A2A_RETENTION_INTERVAL_SECONDS"
+    ),
     # Readiness: proof of a live worker, end to end (agents/readiness.py).
     "worker heartbeat": Schedule(HEARTBEAT_JOB, "A2A_HEARTBEAT_INTERVAL_SECONDS"),
 }
