@@ -6,6 +6,8 @@ import socket
 
 from celery import shared_task
 
+# Imported for its signal handlers: worker processes reuse pooled connections per job.
+from tasks import worker_connections  # noqa: F401
 from tasks.executors.runner import run_dispatch
 from tasks.job_names import RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
 from tasks.sweeper import dispatch_sweep
