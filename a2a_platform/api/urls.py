@@ -30,7 +30,6 @@ delivery_urls = [
     path("deliveries/", deliveries.DeliveryList.as_view(), name="deliveries"),
     path("deliveries/replay", deliveries.DeliveryReplay.as_view(), name="deliveries-replay"),
     path("deliveries/retry", deliveries.DeliveryRetry.as_view(), name="deliveries-retry"),
-    path("deliveries/retry", deliveries.DeliveryRetry.as_view(), name="deliveries-retry"),
     path("deliveries/<uuid:event_id>", deliveries.DeliveryDetail.as_view(), name="delivery"),
 ]
 
