@@ -13,7 +13,12 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
-from a2a_platform.api.resources import ResourceMethods, StrictBooleanFilter, positive_id_param
+from a2a_platform.api.resources import (
+    ENDPOINT_ID,
+    ResourceMethods,
+    StrictBooleanFilter,
+    positive_id_param,
+)
 from a2a_platform.api.views import ApiListView, ApiView
 from webhooks import selectors, services
 from webhooks.models import Endpoint
@@ -108,6 +113,7 @@ class EndpointList(ApiListView, EndpointView):
 
 
 class EndpointDetail(EndpointView):
+    @extend_schema(parameters=[ENDPOINT_ID])
     def get(self, request, endpoint_id):
         return self.render(self.endpoint(endpoint_id))
 
@@ -116,7 +122,7 @@ class EndpointPause(EndpointView):
     """Pause: its deliveries are held (not tried, not dead-lettered) until it is resumed.
     Pausing a paused endpoint keeps its first pause (time and reason); both are audited."""
 
-    @extend_schema(request=PauseSerializer, responses=EndpointSerializer)
+    @extend_schema(request=PauseSerializer, responses=EndpointSerializer, parameters=[ENDPOINT_ID])
     def post(self, request, endpoint_id):
         endpoint = self.endpoint(endpoint_id)
         body = PauseSerializer(data=request.data)
@@ -130,7 +136,7 @@ class EndpointPause(EndpointView):
 class EndpointResume(EndpointView):
     """Resume: what waited on it is due again (its failure streak is reset)."""
 
-    @extend_schema(request=None, responses=EndpointSerializer)
+    @extend_schema(request=None, responses=EndpointSerializer, parameters=[ENDPOINT_ID])
     def post(self, request, endpoint_id):
         endpoint = self.endpoint(endpoint_id)
         services.endpoint_resume(endpoint_pk=endpoint.pk, actor=self.actor)

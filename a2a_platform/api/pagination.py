@@ -26,6 +26,13 @@ class CursorPages(CursorPagination):
             raise invalid(self.page_size_query_param, f"1 to {self.max_page_size}")
         return int(raw)
 
+    def get_schema_operation_parameters(self, view):
+        params = super().get_schema_operation_parameters(view)
+        for param in params:
+            if param["name"] == self.page_size_query_param:
+                param["schema"].update(minimum=1, maximum=self.max_page_size)
+        return params
+
     def decode_cursor(self, request):
         try:
             return super().decode_cursor(request)

@@ -13,12 +13,13 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from a2a_platform.api.errors import invalid, not_found
-from a2a_platform.api.resources import ResourceMethods, task_id_param
+from a2a_platform.api.resources import CONFIG_ID, TASK_ID, ResourceMethods, task_id_param
 from a2a_platform.api.tasks import BindingVersionSerializer
 from a2a_platform.api.views import ApiView
 from tasks import selectors as task_selectors
 from webhooks import selectors
-from webhooks.models import CONFIG_ID, PushConfig
+from webhooks.models import CONFIG_ID as CONFIG_ID_PATTERN
+from webhooks.models import PushConfig
 
 
 class PushConfigSerializer(serializers.Serializer):
@@ -63,7 +64,11 @@ class PushConfigList(PushConfigView):
     serializer_class = PushConfigListSerializer
     pagination_class = None
 
-    @extend_schema(responses=PushConfigListSerializer, operation_id="tasks_push_configs_list")
+    @extend_schema(
+        responses=PushConfigListSerializer,
+        operation_id="tasks_push_configs_list",
+        parameters=[TASK_ID],
+    )
     def get(self, request, task_id):
         configs = selectors.task_push_configs(self.task(task_id))
         return Response(PushConfigListSerializer({"results": map(config_json, configs)}).data)
@@ -72,10 +77,10 @@ class PushConfigList(PushConfigView):
 class PushConfigDetail(PushConfigView):
     serializer_class = PushConfigSerializer
 
-    @extend_schema(responses=PushConfigSerializer)
+    @extend_schema(responses=PushConfigSerializer, parameters=[TASK_ID, CONFIG_ID])
     def get(self, request, task_id, config_id):
         task = self.task(task_id)
-        if not CONFIG_ID.fullmatch(config_id):
+        if not CONFIG_ID_PATTERN.fullmatch(config_id):
             raise invalid("configId", "a config id is 1 to 255 URL-unreserved characters")
         config = selectors.task_push_config(task, config_id)
         if config is None:

@@ -10,13 +10,27 @@ import uuid
 
 import django_filters
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 
 from a2a_platform.api.errors import invalid
 from a2a_platform.api.permissions import perm_for
 
 # PostgreSQL's bigint: an id past it is not an id (and would fail in SQL).
 _MAX_ID = 2**63 - 1
+
+# The path parameters as the schema documents them (what the parsers below accept).
+TASK_ID = OpenApiParameter("task_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+ENDPOINT_ID = OpenApiParameter(
+    "endpoint_id",
+    {"type": "integer", "minimum": 1, "maximum": _MAX_ID},
+    OpenApiParameter.PATH,
+)
+CONFIG_ID = OpenApiParameter(
+    "config_id",
+    {"type": "string", "pattern": r"^(?!\.\.?$)[A-Za-z0-9._~-]{1,255}$"},
+    OpenApiParameter.PATH,
+    description="the client's config id (URL-unreserved characters, not . or ..)",
+)
 
 
 def task_id_param(value: str) -> uuid.UUID:

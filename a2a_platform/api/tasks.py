@@ -12,8 +12,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from a2a_platform.api.errors import invalid, not_found
-from a2a_platform.api.resources import ResourceMethods, StrictBooleanFilter, task_id_param
+from a2a_platform.api.errors import not_found
+from a2a_platform.api.resources import (
+    TASK_ID,
+    ResourceMethods,
+    StrictBooleanFilter,
+    task_id_param,
+)
 from a2a_platform.api.views import ApiListView, ApiView
 from tasks import selectors, wire
 from tasks.models import Task
@@ -29,8 +34,9 @@ class TaskFilter(django_filters.FilterSet):
     by `tasks.selectors.task_list`, the one reading of them."""
 
     agent = django_filters.CharFilter(max_length=64, help_text="the agent's slug")
-    state = django_filters.CharFilter(
-        max_length=32, help_text="a task state: TASK_STATE_WORKING or working"
+    state = django_filters.ChoiceFilter(
+        choices=[(name, name) for name in sorted(_STATES)],
+        help_text="a task state: TASK_STATE_WORKING or working",
     )
     contextId = django_filters.CharFilter(max_length=255, help_text="the A2A contextId")
     orphaned = StrictBooleanFilter(
@@ -47,8 +53,6 @@ class TaskFilter(django_filters.FilterSet):
     def filter_queryset(self, queryset):
         data = self.form.cleaned_data
         state = data.get("state") or None
-        if state is not None and state not in _STATES:
-            raise invalid("state", f"one of {', '.join(sorted(_STATES))}")
         return selectors.task_list(
             agent_slug=data.get("agent") or None,
             state=_STATES[state] if state else None,
@@ -165,7 +169,7 @@ class _TaskRead:
 class TaskDetail(TaskView):
     serializer_class = TaskDetailSerializer
 
-    @extend_schema(responses=TaskDetailSerializer)
+    @extend_schema(responses=TaskDetailSerializer, parameters=[TASK_ID])
     def get(self, request, task_id):
         task = selectors.task_read(task_id_param(task_id))
         if task is None:
