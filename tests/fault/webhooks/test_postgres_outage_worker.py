@@ -17,6 +17,7 @@ hide a stalled run within this test.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -30,19 +31,21 @@ from tests import live
 from tests.factories import AgentFactory, user_message
 from tests.fault.postgres import riding_out
 from tests.processes import wait_until
+from tests.sse import http_events
 from tests.webhook_checks import (
     ALLOWED,
     assert_delivered,
     configure,
     deliveries,
     open_task,
+    settled,
     start_beat,
     start_worker,
     verify,
     wait_all,
 )
 from tests.webhook_receiver import ReceiverProcess
-from webhooks.models import DeliveryAttempt, DeliveryState
+from webhooks.models import DeliveryAttempt, DeliveryState, PushConfig
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -132,6 +135,38 @@ def assert_retryable(response: httpx.Response, binding: str) -> None:
     assert retry["retryDelay"] == f"{response.headers['retry-after']}s"
 
 
+def follow_stream(web: live.LiveWeb, agent, task_id: str, out: dict) -> None:
+    """SubscribeToTask (JSON-RPC) from before the outage to the task's end, as a client
+    does: a stream that ends early, or a refused open, is resumed with Last-Event-ID. Puts
+    the event ids seen and the errors met (each stream's end or refusal) in `out`."""
+    envelope = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    seen: list[int] = []
+    errors: list[dict] = []
+    out.update(seen=seen, errors=errors)
+
+    async def follow() -> None:
+        async with httpx.AsyncClient(timeout=60, headers={"A2A-Version": "1.0"}) as client:
+            for _ in range(30):
+                headers = {"Last-Event-ID": str(seen[-1])} if seen else {}
+                stream = http_events(
+                    client, "POST", f"{web.url}/{agent.slug}/", json=envelope, headers=headers
+                )
+                async for _, event in stream:
+                    if event.is_comment:
+                        continue
+                    if "error" in event.data:  # an `event: error` frame, or a refused open
+                        errors.append(event.data["error"])
+                        break
+                    seen.append(event.id)
+                    update = event.data["result"].get("statusUpdate")
+                    if update and update["status"]["state"] == "TASK_STATE_COMPLETED":
+                        return
+                await stream.aclose()
+                await asyncio.sleep(0.5)
+
+    asyncio.run(follow())
+
+
 def test_outage_with_deliveries_and_an_executor_in_flight(private_postgres, procs, tmp_path):
     agent = AgentFactory(slug="outage", executor="scripted")
     hung = ReceiverProcess(tmp_path, name="hung")
@@ -161,7 +196,23 @@ def run_outage(server, agent, hung, steady, worker, web) -> None:
         timeout=60,
         message="web ready",
     )
-    long_task, (long_config,) = open_task(agent, f"chunks {CHUNKS}", {"url": steady.url})
+    # Over HTTP, so the stream below (an anonymous client, as this one) may read it.
+    params = {
+        "message": user_message(f"chunks {CHUNKS}"),
+        "configuration": {
+            "returnImmediately": True,
+            "taskPushNotificationConfig": {"url": steady.url},
+        },
+    }
+    sent = httpx.post(
+        f"{web.url}/{agent.slug}/message:send",
+        json=params,
+        headers={"A2A-Version": "1.0"},
+        timeout=30,
+    )
+    assert sent.status_code == 200, sent.text
+    long_task = Task.objects.get(pk=sent.json()["task"]["id"])
+    long_config = PushConfig.objects.get(task=long_task)
     in_flight = [open_task(agent, "chunks 2", {"url": hung.url}) for _ in range(3)]
     hung.wait_for(lambda rs: len(rs) >= 3, timeout=20, message="three POSTs hanging")
     wait_until(
@@ -170,6 +221,11 @@ def run_outage(server, agent, hung, steady, worker, web) -> None:
         interval=0.02,
         message="the executor streaming chunks",
     )
+
+    stream: dict = {}
+    streamer = threading.Thread(target=follow_stream, args=(web, agent, str(long_task.pk), stream))
+    streamer.start()
+    wait_until(lambda: stream.get("seen"), timeout=20, message="the stream open")
 
     down_at = time.monotonic()
     server.stop()
@@ -191,19 +247,20 @@ def run_outage(server, agent, hung, steady, worker, web) -> None:
     assert not database["ok"]
     assert database["detail"].startswith("unreachable"), database
 
+    for _, (config,) in in_flight:
+        wait_until(riding_out(lambda c=config: settled(c)), timeout=60, message="in-flight")
+    delivered_after = time.monotonic() - up_at
     task = wait_until(
         riding_out(lambda: Task.objects.filter(pk=long_task.pk, state=TaskState.COMPLETED).first()),
         timeout=90,
         message="the interrupted task completed",
     )
     completed_after = time.monotonic() - up_at
-    for _, (config,) in in_flight:
-        wait_all(config, timeout=60)
-    delivered_after = time.monotonic() - up_at
     wait_all(long_config, timeout=60)
     print(  # noqa: T201
-        f"outage {up_at - down_at:.1f} s; after it: the interrupted run completed in "
-        f"{completed_after:.1f} s, the in-flight deliveries recorded in {delivered_after:.1f} s"
+        f"outage {up_at - down_at:.1f} s; after it: the in-flight deliveries recorded (and "
+        f"their successors delivered) in {delivered_after:.1f} s, the interrupted run "
+        f"({CHUNKS} chunks) completed in {completed_after:.1f} s"
     )
 
     # The in-flight sends: recorded after the outage, not re-sent after their lease; every
@@ -220,6 +277,32 @@ def run_outage(server, agent, hung, steady, worker, web) -> None:
         mine = [r for r in records if r.webhook_id in ids]
         assert [r.webhook_id for r in mine] == ids
         verify(mine, agent, url=hung.url)
+    # The stream: ended (or refused) only with the retryable refusal, resumed, nothing missed.
+    streamer.join(timeout=60)
+    assert not streamer.is_alive()
+    # The store unreachable, or (a resubscription) this instance's event hub reconnecting its
+    # LISTEN connection: both retryable, with a retry hint.
+    met = []
+    for error in stream["errors"]:
+        assert error["code"] == -32603, error
+        (reason,) = [d["reason"] for d in error["data"] if d["@type"] == ERROR_INFO]
+        assert reason in ("DATABASE_UNAVAILABLE", "STREAMING_UNAVAILABLE"), error
+        assert any(d["@type"] == RETRY_INFO for d in error["data"]), error
+        met.append(reason)
+    first = stream["seen"][0]
+    expected = [
+        seq
+        for seq in TaskEvent.objects.filter(task=task)
+        .exclude(kind=EventKind.MESSAGE)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        if seq > first
+    ]
+    assert sorted(set(stream["seen"]) - {first}) == expected
+    print(  # noqa: T201
+        f"the stream: retryable refusals met {met}, resumed with Last-Event-ID, "
+        f"{len(stream['seen'])} events, none missed"
+    )
     # The run the outage interrupted: run again by the runner's release, resumed, not replayed.
     assert statuses(task) == ["submitted", "working", "completed"]
     assert chunk_texts(task) == [f"chunk {i} of {CHUNKS}" for i in range(1, CHUNKS + 1)]
