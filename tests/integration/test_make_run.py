@@ -170,6 +170,32 @@ def test_make_run_serves_streams_executes_and_delivers_on_the_embedded_defaults(
         delivered_kinds = [r.header("x-a2a-event-kind") for r in records]
         assert delivered_kinds.count("artifact") >= 2
         assert delivered_kinds[-1] == "status"
+
+        # The operators' reads on SQLite too: the management API's task list (with its
+        # orphaned filter) and the admin's task list filtered the same way.
+        token = manage(env, "create_api_token", "admin", "--name", "embedded", "--scope", "read")
+        auth = {"Authorization": f"Bearer {token.strip().splitlines()[-1]}"}
+        listed = httpx.get(f"{base}/api/v1/tasks/", headers=auth, timeout=10)
+        assert listed.status_code == 200, listed.text
+        assert [t["id"] for t in listed.json()["results"]] == [task_id]
+        orphaned = httpx.get(f"{base}/api/v1/tasks/?orphaned=true", headers=auth, timeout=10)
+        assert orphaned.status_code == 200, orphaned.text
+        assert orphaned.json()["results"] == []
+        with httpx.Client(base_url=base, timeout=10) as admin:
+            admin.get("/admin/login/")
+            login = admin.post(
+                "/admin/login/?next=/admin/",
+                data={
+                    "username": "admin",
+                    "password": "embedded-test",
+                    "csrfmiddlewaretoken": admin.cookies["csrftoken"],
+                },
+                headers={"Referer": f"{base}/admin/login/"},
+            )
+            assert login.status_code in (200, 302) and "sessionid" in admin.cookies, login.text
+            page = admin.get("/admin/tasks/task/?push_channel=orphaned")
+            assert page.status_code == 200, page.text[-2000:]
+            assert "0 tasks" in page.text or "0 results" in page.text, page.text[-2000:]
     finally:
         receiver.stop()
         if platform.poll() is None:
