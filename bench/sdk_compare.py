@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import resource
@@ -37,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from common import ROOT, Procs, free_port, manage, platform_env, purge_broker  # noqa: E402
+from common import ROOT, Procs, free_port, platform_env, purge_broker  # noqa: E402
 from protocol_bench import _ms, drain_queue, wait_ready  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -59,8 +60,9 @@ def pinned(cpu: int | None) -> list[str]:
 
 
 @contextlib.contextmanager
-def own_postgres(cpu: int | None):
-    """A PostgreSQL server of the bench's own, pinned to `cpu`; yields its URL."""
+def own_postgres(cpu: int | None, *, statements: bool = False):
+    """A PostgreSQL server of the bench's own, pinned to `cpu`; yields its URL and the
+    postmaster's pid."""
     root = Path(tempfile.mkdtemp(prefix="a2a-bench-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()
@@ -75,6 +77,8 @@ def own_postgres(cpu: int | None):
         capture_output=True,
     )
     opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    if statements:
+        opts += " -c shared_preload_libraries=pg_stat_statements"
     subprocess.run(
         [*pinned(cpu), *as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-w"]
         + ["-l", str(root / "log"), "start"],
@@ -82,13 +86,43 @@ def own_postgres(cpu: int | None):
         capture_output=True,
     )
     try:
-        yield f"postgres://postgres@127.0.0.1:{port}"
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        yield f"postgres://postgres@127.0.0.1:{port}", postmaster
     finally:
         subprocess.run(
             [*as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
             capture_output=True,
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _stat(pid: int) -> tuple[int, int, float] | None:
+    """(process group, parent, CPU seconds) of a process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[2]), int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(roles: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each role: the processes of a process group (web, worker,
+    beat: each started in a session of its own) or, for PostgreSQL, the postmaster's
+    children. Exited processes are not counted (none exit during a run)."""
+    stats = {int(p): _stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    used = dict.fromkeys(roles, 0.0)
+    for pid, stat in stats.items():
+        if stat is None:
+            continue
+        group, parent, seconds = stat
+        for role, leader in roles.items():
+            if group == leader or pid == leader or parent == leader:
+                used[role] += seconds
+                break
+    return used
 
 
 def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: str) -> dict:
@@ -115,12 +149,16 @@ def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: st
     }
 
 
-def measure(name: str, url: str, args, *, cpu: int | None, **kw) -> dict:
+def measure(
+    name: str, url: str, args, *, cpu: int | None, roles: dict[str, int] | None = None, **kw
+) -> dict:
     warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
     wrk(url, warm, cpu=cpu, **{**kw, "A2A_RUN": f"w{time.time_ns()}"} if "script" in kw else kw)
     if "script" in kw:
         kw = {**kw, "A2A_RUN": f"r{time.time_ns()}"}
+    before = cpu_by_role(roles or {})
     r = wrk(url, args, cpu=cpu, **kw)
+    after = cpu_by_role(roles or {})
     if r["errors"] and "script" not in kw:
         sample = httpx.get(url, headers={"A2A-Version": "1.0", **_auth(kw)}, timeout=30)
         print(f"  ({name}: a sample refusal: {sample.status_code} {sample.text[:200]!r})")
@@ -129,6 +167,12 @@ def measure(name: str, url: str, args, *, cpu: int | None, **kw) -> dict:
         f"  {r['requests']:>7} requests, {r['errors']} non-2xx; wrk CPU {r['load_cpu']:.0%}",
         flush=True,
     )
+    if roles and r["requests"]:
+        per = {role: (after[role] - before[role]) * 1000 / r["requests"] for role in roles}
+        total = sum(per.values())
+        parts = ", ".join(f"{role} {ms:.2f}" for role, ms in per.items())
+        print(f"    server CPU per request: {total:.2f} ms ({parts})", flush=True)
+        r["cpu_ms"] = per
     return r
 
 
@@ -153,21 +197,19 @@ def completed_tasks(db: str) -> int:
 def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str, float]:
     print("# the platform (PostgreSQL, durable)", flush=True)
     results: dict[str, float] = {}
-    with own_postgres(server_cpu) as pg:
+    with own_postgres(server_cpu, statements=args.pg_stats) as (pg, postmaster):
         db = f"{pg}/a2a_bench"
         import psycopg
 
         with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
             conn.execute("CREATE DATABASE a2a_bench")
         env = production_env(db)
-        subprocess.run(
-            [*pinned(server_cpu), sys.executable, "manage.py", "migrate", "-v0"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-        )
-        manage(
-            db,
+        manage_as(env, server_cpu, "migrate", "-v0")
+        if args.pg_stats:
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION pg_stat_statements")
+        run_manage = functools.partial(manage_as, env, server_cpu)
+        run_manage(
             "create_agent",
             "bench",
             "--name",
@@ -178,19 +220,23 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             "echo",
             "--default",
         )
-        token = manage(db, "create_api_key", "bench", "--name", "bench").splitlines()[-1]
+        token = run_manage("create_api_key", "bench", "--name", "bench").splitlines()[-1]
         purge_broker()
         procs = Procs(prefix=pinned(server_cpu), env=env)
         port = free_port()
         try:
             procs.web(db, port, workers=args.web_workers)
+            roles = {"web": procs.procs[-1].pid}
             for n in range(args.workers):
-                procs.celery_worker(db, f"cw{n}", queues="agents,webhooks,heartbeat")
-            procs.beat(db)
+                roles[f"worker{n}"] = procs.celery_worker(
+                    db, f"cw{n}", queues="agents,webhooks,heartbeat"
+                ).pid
+            roles["beat"] = procs.beat(db).pid
+            roles["postgres"] = postmaster
             base = f"http://127.0.0.1:{port}"
             wait_ready(base)
             auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
-            results.update(common_figures(args, base, auth, load_cpu, token=token))
+            results.update(common_figures(args, base, auth, load_cpu, roles, token=token))
             drain_queue(db)
             before = completed_tasks(db)
             started = time.monotonic()
@@ -199,6 +245,7 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
                 f"{base}/message:send",
                 args,
                 cpu=load_cpu,
+                roles=roles,
                 script=SEND,
                 A2A_TOKEN=token,
                 A2A_BLOCKING="0",
@@ -208,12 +255,39 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             rate = done / (time.monotonic() - started)
             print(f"  echo tasks completed /s          {rate:>8.0f} (the worker, {done} tasks)")
             results["echo tasks completed /s"] = rate
+            if args.pg_stats:
+                top_statements(db)
         finally:
             procs.stop()
     return results
 
 
+def manage_as(env: dict[str, str], cpu: int | None, *args: str) -> str:
+    """manage.py in the environment the processes get (secrets are encrypted with its keys)."""
+    cmd = [*pinned(cpu), sys.executable, "manage.py", *args]
+    return subprocess.run(
+        cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def top_statements(db: str, limit: int = 15) -> None:
+    """PostgreSQL's own account of the platform run: the statements that took the most time."""
+    import psycopg
+
+    print("  top statements (calls, total ms, mean ms):")
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT calls, total_exec_time, mean_exec_time,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 100)"
+            " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s",
+            [limit],
+        ).fetchall()
+    for calls, total, mean, query in rows:
+        print(f"    {calls:>8} {total:>9.1f} {mean:>7.3f}  {query}")
+
+
 def production_env(db: str) -> dict[str, str]:
+    """The production profile, with a secret key and an encryption key made for this run."""
     from cryptography.fernet import Fernet
 
     return platform_env(
@@ -226,31 +300,36 @@ def production_env(db: str) -> dict[str, str]:
     )
 
 
-def common_figures(args, base: str, auth: dict, load_cpu: int | None, **kw) -> dict[str, float]:
+def common_figures(
+    args, base: str, auth: dict, load_cpu: int | None, roles: dict[str, int], **kw
+) -> dict[str, float]:
     task = seed_task(base, auth)
     figures = {}
     figures["agent card"] = measure(
-        "agent card", f"{base}/.well-known/agent-card.json", args, cpu=load_cpu
+        "agent card", f"{base}/.well-known/agent-card.json", args, cpu=load_cpu, roles=roles
     )["rps"]
     figures["GetTask"] = measure(
-        "GetTask", f"{base}/tasks/{task}", args, cpu=load_cpu, **_token(kw)
+        "GetTask", f"{base}/tasks/{task}", args, cpu=load_cpu, roles=roles, **_token(kw)
+    )["rps"]
+    # Blocking first: returnImmediately leaves a backlog on the platform's worker.
+    figures["SendMessage blocking (echo)"] = measure(
+        "SendMessage blocking (echo)",
+        f"{base}/message:send",
+        args,
+        cpu=load_cpu,
+        roles=roles,
+        script=SEND,
+        A2A_BLOCKING="1",
+        **_token(kw),
     )["rps"]
     figures["SendMessage returnImmediately"] = measure(
         "SendMessage returnImmediately",
         f"{base}/message:send",
         args,
         cpu=load_cpu,
+        roles=roles,
         script=SEND,
         A2A_BLOCKING="0",
-        **_token(kw),
-    )["rps"]
-    figures["SendMessage blocking (echo)"] = measure(
-        "SendMessage blocking (echo)",
-        f"{base}/message:send",
-        args,
-        cpu=load_cpu,
-        script=SEND,
-        A2A_BLOCKING="1",
         **_token(kw),
     )["rps"]
     return figures
@@ -283,7 +362,8 @@ def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> d
             if time.monotonic() > deadline or proc.poll() is not None:
                 sys.exit(f"the SDK server did not start: {log.read_text()}")
             time.sleep(0.2)
-        results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu)
+        roles = {"sdk": proc.pid}
+        results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu, roles)
         before = _sdk_completed(proc, log)
         started = time.monotonic()
         measure(
@@ -291,6 +371,7 @@ def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> d
             f"{base}/message:send",
             args,
             cpu=load_cpu,
+            roles=roles,
             script=SEND,
             A2A_BLOCKING="0",
         )
@@ -327,6 +408,9 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
     parser.add_argument("--sdk-sqlite", action="store_true", help="also the SDK's SQLite store")
+    parser.add_argument(
+        "--pg-stats", action="store_true", help="print pg_stat_statements' top statements"
+    )
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
