@@ -381,8 +381,11 @@ def _plan_batch(pk: object) -> bool:
         ):
             return True
         candidates = list(
-            PushConfig.objects.filter(scope_filter(rebind))
-            .filter(bindings__created_at__lte=rebind.cutoff)
+            # One filter call: the cutoff is on the same (current) binding the scope matched; a
+            # second .filter() would join every binding again (a config with two rows twice).
+            PushConfig.objects.filter(
+                scope_filter(rebind) & Q(bindings__created_at__lte=rebind.cutoff)
+            )
             .exclude(task__state__in=TERMINAL)
             .exclude(moves__rebind=rebind)
             .filter(pk__gt=rebind.plan_cursor)  # keyset: each batch reads only its own
