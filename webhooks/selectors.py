@@ -387,7 +387,7 @@ def endpoint_health(endpoints: Iterable[Endpoint], now: datetime | None = None) 
     """Per endpoint (by pk): whether it is paused (since when, why), failing (the streak, since
     when: its first failed attempt after its last success), what it owes (open and held
     deliveries), and over ENDPOINT_HEALTH_WINDOW its finished attempts, their success rate
-    (2xx answers) and mean and worst latency. Four grouped queries for any number of
+    (2xx answers) and mean and worst latency. Three grouped queries for any number of
     endpoints."""
     now = now or timezone.now()
     rows = {e.pk: e for e in endpoints}
