@@ -10,6 +10,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
+from a2a_platform.api.filters import UtcDateTimeFilter
 from a2a_platform.api.views import ApiListView, ApiView
 from webhooks import selectors
 from webhooks.delivery_actions import delivery_replay_explained, delivery_retry_now
@@ -74,7 +75,7 @@ class DeliveryFilter(django_filters.FilterSet):
     task = django_filters.UUIDFilter(field_name="task_id")
     agent = django_filters.CharFilter(field_name="task__agent__slug", max_length=64)
     endpoint = django_filters.CharFilter(field_name="binding__endpoint__origin", max_length=300)
-    since = django_filters.IsoDateTimeFilter(
+    since = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="written at or after this time"
     )
 

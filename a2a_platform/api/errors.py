@@ -8,6 +8,7 @@ go through the worker API's handler, whose shapes this API shares."""
 from __future__ import annotations
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.db import DataError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -89,6 +90,11 @@ def _mapped(exc: Exception) -> ApiError | None:
         return ApiError(str(exc), code="rebind_conflict", status_code=409, rebind=str(exc.other_pk))
     if isinstance(exc, IllegalRebindTransition):
         return ApiError(str(exc), code="illegal_transition", status_code=409, state=exc.state)
+    if isinstance(exc, DataError):
+        # A value the database cannot hold (out of range, an offset PostgreSQL refuses): the
+        # input's fault, and nothing was written (the statement failed). The views check
+        # inputs first; this is the net under what a check missed.
+        return ApiError("a value in the request is out of the range the store accepts")
     if isinstance(exc, PushNotSupported):
         return ApiError(str(exc), code="push_not_supported", status_code=409)
     if isinstance(exc, PushDeliveryUnavailable):

@@ -3,6 +3,9 @@ filter) and `?ordering=` limited to each view's `ordering_fields` (anything else
 
 from __future__ import annotations
 
+import datetime as dt
+
+import django_filters
 from rest_framework.filters import OrderingFilter
 
 from a2a_platform.api.errors import invalid
@@ -25,3 +28,16 @@ class WhitelistedOrdering(OrderingFilter):
             # A unique last key keeps cursor pages stable under ties.
             return fields
         return self.get_default_ordering(view)
+
+
+class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        return parsed.astimezone(dt.UTC) if parsed is not None else None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 time, as the same instant in UTC: PostgreSQL refuses a literal whose offset
+    is beyond ±15:59 (a 500 otherwise), which Python's datetimes allow."""
+
+    field_class = UtcIsoDateTimeField

@@ -195,6 +195,10 @@ class MovesSerializer(serializers.Serializer):
     moves = serializers.ListField(child=serializers.IntegerField(), min_length=1, max_length=5000)
 
 
+class AbortSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
 class ExtendSerializer(serializers.Serializer):
     seconds = serializers.IntegerField(min_value=1)
 
@@ -213,7 +217,9 @@ class RebindAction(RebindView):
         elif action == "cutover":
             rebind = rebinds.rebind_cutover(rebind.pk, actor=self.actor)
         elif action == "abort":
-            reason = str(request.data.get("reason", ""))[:500]
+            body = AbortSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            reason = body.validated_data["reason"]
             rebind = rebinds.rebind_abort(rebind.pk, actor=self.actor, reason=reason)
         elif action == "extend":
             body = ExtendSerializer(data=request.data)

@@ -1,0 +1,119 @@
+"""The OpenAPI 3 schema at /api/schema/ is valid and covers every route under /api/v1/, and
+schemathesis fuzzes the live API against it (its CLI in a subprocess, a read+write token of a
+staff user holding every operator permission): no 5xx, no response that breaks the schema."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from django.urls import URLPattern, URLResolver, get_resolver
+from drf_spectacular.validation import validate_schema
+
+from tests.api_tokens import token_for, user_with
+from tests.integration.api.live_api import _live_api, live_api  # noqa: F401 (fixtures)
+from tests.processes import BIN
+
+OPERATOR_PERMS = (
+    "view_agent",
+    "add_agent",
+    "change_agent",
+    "view_apikey",
+    "add_apikey",
+    "change_apikey",
+    "view_signingkey",
+    "view_task",
+    "view_delivery",
+    "change_delivery",
+    "view_endpoint",
+    "change_endpoint",
+    "view_pushconfig",
+    "view_alert",
+    "change_alert",
+    "view_rebind",
+    "change_rebind",
+    "run_rebind",
+    "view_apitoken",
+)
+
+
+def _routes(patterns, prefix: str = "") -> list[str]:
+    found = []
+    for entry in patterns:
+        route = prefix + str(entry.pattern)
+        if isinstance(entry, URLResolver):
+            found += _routes(entry.url_patterns, route)
+        elif isinstance(entry, URLPattern):
+            found.append(route)
+    return found
+
+
+def _shape(path: str) -> str:
+    """A path with its parameters blanked: Django's `<slug:slug>` and OpenAPI's `{slug}`."""
+    return re.sub(r"<[^>]+>|\{[^}]+\}", "{}", path.lstrip("/"))
+
+
+def test_the_schema_is_valid_openapi_3_and_covers_every_api_route(live_api):
+    answer = live_api.get("/api/schema/", params={"format": "json"})
+    assert answer.status_code == 200, answer.text
+    schema = answer.json()
+    validate_schema(schema)  # drf-spectacular's OpenAPI 3.0 JSON Schema validation
+    assert schema["openapi"].startswith("3.")
+    assert schema["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
+    documented = {_shape(path) for path in schema["paths"]}
+    routes = {_shape(r) for r in _routes(get_resolver().url_patterns) if r.startswith("api/v1/")}
+    assert routes
+    assert routes - documented == set()
+    create = schema["paths"]["/api/v1/agents/"]["post"]
+    assert "Idempotency-Key" in [p["name"] for p in create["parameters"]]
+    assert create["responses"]["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"
+    }
+    docs = live_api.get("/api/docs/")
+    assert docs.status_code == 200
+    assert "cdn" not in docs.text.lower()
+    assert "swagger-ui" in docs.text
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_api, tmp_path):
+    user = user_with("fuzzer", *OPERATOR_PERMS)
+    secret = token_for(user, "rebind")
+    report = tmp_path / "report.json"
+    cmd = [
+        str(BIN / "st"),
+        "run",
+        f"{live_api.base_url}/api/schema/?format=json",
+        "--url",
+        str(live_api.base_url),
+        "--checks",
+        "not_a_server_error,response_schema_conformance",
+        "--header",
+        f"Authorization: Bearer {secret}",
+        "--max-examples",
+        "6",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-time",
+        "100",
+        "--seed",
+        "17",
+        "--workers",
+        "2",
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "20",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(report),
+        "--no-color",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    tail = (run.stdout + run.stderr)[-6000:]
+    assert run.returncode == 0, (
+        f"schemathesis failed:\n{tail}\n--- web log ---\n" + (live_api.web.log()[-3000:])
+    )
+    events = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
+    assert len(events) > 10, tail  # it ran cases (the report has one event per step)
