@@ -13,6 +13,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
+from a2a_platform.api.filters import UtcDateTimeFilter
 from a2a_platform.api.resources import (
     TASK_ID,
     ResourceMethods,
@@ -42,7 +43,7 @@ class TaskFilter(django_filters.FilterSet):
     orphaned = StrictBooleanFilter(
         help_text="true: a rebind's cutover orphaned one of its push channels (not re-bound)"
     )
-    updatedSince = django_filters.IsoDateTimeFilter(
+    updatedSince = UtcDateTimeFilter(
         help_text="an event (status, artifact, message) was written at or after this time"
     )
 
