@@ -2,25 +2,35 @@
 endpoints (pause/resume), push configs with their binding versions, alerts, and rebinds with
 their moves (advance, cut over, abort; starting one is `manage.py rebind`, docs/rebinds.md)."""
 
+import collections
+import json
 import uuid
+from datetime import UTC
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
+from webhooks import delivery_actions, services
 from webhooks import rebind as rebinds
-from webhooks import services
+from webhooks.delivery import retry_schedule
+from webhooks.endpoint_probe import TestSendRefused, endpoint_send_test, url_shown
 from webhooks.errors import RebindConflict, RebindInvalid, WebhookError
 from webhooks.forms import RebindForm
 from webhooks.models import (
+    OPEN_DELIVERY_STATES,
     Alert,
     ChannelMove,
     Delivery,
     DeliveryAttempt,
+    DeliveryState,
     Endpoint,
     OperatorAction,
     PushBinding,
@@ -29,6 +39,7 @@ from webhooks.models import (
 )
 from webhooks.rebind_checks import rebind_preview
 from webhooks.rebind_machine import IllegalRebindTransition
+from webhooks.selectors import endpoint_health
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -68,19 +79,102 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
 
+def exact_time(value) -> str:
+    """A timestamp to the millisecond, in UTC (DESIGN.md "Conventions"): triage compares
+    attempts seconds apart, which the admin's default "Dec. 1, 2026, 3:04 p.m." hides."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def exact_time_cell(value):
+    """`exact_time` on two lines (date, then time) for a narrow list column."""
+    if value is None:
+        return "-"
+    date, time, zone = exact_time(value).split(" ")
+    return format_html('<span class="a2a-time">{}<br>{} {}</span>', date, time, zone)
+
+
+def pretty(value) -> str:
+    """JSON (a dict, or text that parses as JSON) indented in a wrapping <pre>; other text
+    as is, wrapped too. Autoescaped."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return format_html('<pre class="a2a-pre">{}</pre>', value) if value else "-"
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=isinstance(value, dict))
+    return format_html('<pre class="a2a-pre">{}</pre>', text)
+
+
+def tries_per_run() -> int:
+    """The denominator of "attempt n of m": the first try and one per wait of the outage
+    schedule (A2A_WEBHOOK_RETRY_SCHEDULE); a run restarts at a replay. 401/403 answers are
+    retried on the shorter auth schedule (webhooks/retry_policy.py)."""
+    return len(retry_schedule()) + 1
+
+
 class AttemptInline(ReadOnlyInline):
+    """A delivery's attempts, newest first, each with its failure in words."""
+
     model = DeliveryAttempt
     fields = (
-        "number",
-        "started_at",
+        "attempt_of",
+        "started",
         "duration_ms",
-        "status",
-        "error_class",
-        "manual",
-        "request_headers",
-        "response_excerpt",
+        "result",
+        "failure",
+        "url_shown",
+        "headers_shown",
+        "response_shown",
     )
     verbose_name_plural = "attempt timeline"
+
+    def get_queryset(self, request):
+        # A manual attempt opens a replay's run: an attempt's place in its run counts from
+        # the latest manual attempt at or before it.
+        run_start = DeliveryAttempt.objects.filter(
+            delivery=OuterRef("delivery"), manual=True, number__lte=OuterRef("number")
+        ).order_by("-number")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(run_start=Subquery(run_start.values("number")[:1]))
+            .order_by("-number")
+        )
+
+    @admin.display(description="attempt")
+    def attempt_of(self, obj: DeliveryAttempt) -> str:
+        place = obj.number - (obj.run_start or 1) + 1
+        replay = " (replay)" if obj.run_start else ""
+        return f"{place} of {tries_per_run()}{replay}"
+
+    @admin.display(description="started")
+    def started(self, obj: DeliveryAttempt) -> str:
+        return exact_time(obj.started_at)
+
+    @admin.display(description="status or error")
+    def result(self, obj: DeliveryAttempt) -> str:
+        """The receiver's status, or the transport's error class when it did not answer."""
+        if obj.status is not None:
+            return str(obj.status)
+        return obj.error_class or ("sending" if obj.duration_ms is None else "-")
+
+    @admin.display(description="failure")
+    def failure(self, obj: DeliveryAttempt) -> str:
+        return obj.error_detail or "-"
+
+    @admin.display(description="URL")
+    def url_shown(self, obj: DeliveryAttempt) -> str:
+        return url_shown(obj.url)
+
+    @admin.display(description="request headers")
+    def headers_shown(self, obj: DeliveryAttempt) -> str:
+        return pretty(obj.request_headers)  # stored redacted (delivery_headers.redact)
+
+    @admin.display(description="response")
+    def response_shown(self, obj: DeliveryAttempt) -> str:
+        return pretty(obj.response_excerpt)
 
 
 class TaskFilter(admin.SimpleListFilter):
@@ -103,76 +197,311 @@ class TaskFilter(admin.SimpleListFilter):
             return queryset.none()
 
 
+class PausedFilter(admin.SimpleListFilter):
+    """Open deliveries held by a paused endpoint (they wait; nothing is tried)."""
+
+    title = "endpoint paused"
+    parameter_name = "paused"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "held by a paused endpoint")]
+
+    def queryset(self, request, queryset):
+        if self.value() != "yes":
+            return queryset
+        return queryset.filter(
+            state__in=OPEN_DELIVERY_STATES, binding__endpoint__paused_at__isnull=False
+        )
+
+
+def _skipped_text(skipped) -> str:
+    """The reasons an action left deliveries alone, counted: "2 delivered: only …"."""
+    counts = collections.Counter(s.message for s in skipped)
+    return "; ".join(f"{n} × {message}" for message, n in counts.items())
+
+
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
+    """Deliveries newest first: when, what, where to, how it stands (a paused endpoint's
+    held delivery says so), its try out of the run's tries and the last failure in words."""
+
     list_display = (
         "event_id",
-        "agent",
+        "created",
         "task_link",
-        "seq",
-        "kind",
-        "state",
-        "attempts",
-        "next_attempt_at",
-        "last_status",
-        "endpoint",
-        "binding_version",
+        "state_shown",
+        "attempt_of",
+        "next_try",
+        "last_failure",
+        "receiver",
     )
-    list_filter = ("state", "kind", "task__agent", TaskFilter, "binding__endpoint")
+    list_filter = ("state", PausedFilter, "kind", "task__agent", TaskFilter, "binding__endpoint")
     search_fields = ("=event_id", "=task__id")
     list_select_related = ("task__agent", "binding__endpoint", "binding__config")
-    exclude = ("body",)
-    readonly_fields = ("body_preview",)
+    ordering = ("-id",)
+    fields = (
+        "event_id",
+        "task",
+        "config",
+        "binding",
+        "seq",
+        "state_shown",
+        "attempt_of",
+        "created_exact",
+        "next_try",
+        "finished_exact",
+        "last_status",
+        "last_failure",
+        "body_preview",
+    )
+    readonly_fields = fields
     inlines = [AttemptInline]
-    actions = ["replay"]
+    actions = ["replay", "retry_now"]
 
-    @admin.display(description="agent", ordering="task__agent__slug")
-    def agent(self, obj):
-        return obj.task.agent.slug
+    class Media:
+        css = {"all": ["webhooks/console.css"]}
 
-    @admin.display(description="task", ordering="task_id")
+    def get_queryset(self, request):
+        last = DeliveryAttempt.objects.filter(delivery=OuterRef("pk")).order_by("-number")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_detail=Subquery(last.values("error_detail")[:1]),
+                last_class=Subquery(last.values("error_class")[:1]),
+            )
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        # The admin's navigation column would take the width the triage columns need.
+        extra = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    @admin.display(description="created", ordering="id")
+    def created(self, obj):
+        return exact_time_cell(obj.created_at)
+
+    @admin.display(description="agent / task", ordering="task__agent__slug")
     def task_link(self, obj):
-        return format_html('<a href="?task={}">{}</a>', obj.task_id, obj.task_id)
+        # The task id's first block (the whole id in the title and in the filter link).
+        return format_html(
+            '{}<br><a href="?task={}" title="{}">{}…</a>',
+            obj.task.agent.slug,
+            obj.task_id,
+            obj.task_id,
+            str(obj.task_id)[:8],
+        )
 
-    @admin.display(description="endpoint")
-    def endpoint(self, obj):
-        return obj.binding.endpoint.origin
+    @admin.display(description="state", ordering="state")
+    def state_shown(self, obj):
+        endpoint = obj.binding.endpoint
+        if obj.state in OPEN_DELIVERY_STATES and endpoint.paused_at is not None:
+            return format_html(
+                '<span class="a2a-chip a2a-paused" title="{}">paused</span> {}'
+                "<br><small>{}</small>",
+                f"{endpoint.origin} paused at {exact_time(endpoint.paused_at)}: "
+                f"{endpoint.paused_reason}",
+                obj.get_state_display(),
+                obj.kind,
+            )
+        return format_html(
+            '<span class="a2a-chip a2a-{}">{}</span><br><small>{}</small>',
+            obj.state,
+            obj.get_state_display(),
+            obj.kind,
+        )
 
-    @admin.display(description="binding")
-    def binding_version(self, obj):
-        return f"{obj.binding.config.config_id} v{obj.binding.version}"
+    @admin.display(description="attempt")
+    def attempt_of(self, obj):
+        return f"{obj.attempts} of {tries_per_run()}"
+
+    @admin.display(description="created")
+    def created_exact(self, obj):
+        return exact_time(obj.created_at)
+
+    @admin.display(description="finished")
+    def finished_exact(self, obj):
+        return exact_time(obj.finished_at)
+
+    @admin.display(description="next try", ordering="next_attempt_at")
+    def next_try(self, obj):
+        if obj.state not in OPEN_DELIVERY_STATES:
+            return "-"
+        if obj.binding.endpoint.paused_at is not None:
+            return "held (endpoint paused)"
+        return exact_time_cell(obj.next_attempt_at)
+
+    @admin.display(description="last failure")
+    def last_failure(self, obj):
+        if obj.state == DeliveryState.DELIVERED:
+            return "-"
+        return obj.last_detail or obj.last_class or obj.last_error or "-"
+
+    @admin.display(description="receiver URL")
+    def receiver(self, obj):
+        binding = obj.binding
+        return format_html(
+            '<span class="a2a-url">{}</span><br><small>{}.v{}</small>',
+            url_shown(binding.url),
+            binding.config.config_id,
+            binding.version,
+        )
 
     @admin.display(description="body")
     def body_preview(self, obj):
-        return obj.body[:5000]
+        return pretty(obj.body[:20000])
 
     @admin.action(
         description="Replay selected (dead-lettered or delivered) deliveries",
         permissions=["operate"],
     )
     def replay(self, request, queryset):
-        selected = list(queryset.values_list("pk", flat=True))
-        count = services.delivery_replay(delivery_pks=selected, actor=request.user.get_username())
+        selected = list(queryset.values_list("event_id", flat=True))
+        outcome = delivery_actions.delivery_replay_explained(
+            event_ids=selected, actor=request.user.get_username()
+        )
         self.message_user(
             request,
-            f"{count} of {len(selected)} selected deliveries re-opened (same event ids); "
-            "only dead-lettered or delivered ones of live configs are replayed",
+            f"{outcome.replayed} of {outcome.requested} selected deliveries re-opened "
+            "(same event ids); only dead-lettered or delivered ones of live configs are "
+            "replayed",
+            level=messages.SUCCESS if outcome.replayed else messages.WARNING,
         )
+        if outcome.skipped:
+            self.message_user(
+                request, f"not replayed: {_skipped_text(outcome.skipped)}", messages.WARNING
+            )
+
+    @admin.action(
+        description="Retry now (deliveries waiting for their next try)", permissions=["operate"]
+    )
+    def retry_now(self, request, queryset):
+        selected = list(queryset.values_list("event_id", flat=True))
+        outcome = delivery_actions.delivery_retry_now(
+            event_ids=selected, actor=request.user.get_username()
+        )
+        self.message_user(
+            request,
+            f"{len(outcome.done)} of {len(selected)} selected deliveries due now",
+            level=messages.SUCCESS if outcome.done else messages.WARNING,
+        )
+        if outcome.skipped:
+            self.message_user(
+                request, f"not retried: {_skipped_text(outcome.skipped)}", messages.WARNING
+            )
+
+
+class EndpointChangeList(ChangeList):
+    """The endpoint list with each row's health (webhooks/selectors.py endpoint_health: the
+    last hour's success rate and latency, what it owes) read once for the page."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        health = endpoint_health(self.result_list)
+        for endpoint in self.result_list:
+            endpoint.health = health[endpoint.pk]
+
+
+def _rate(health: dict) -> str:
+    hour = health["lastHour"]
+    if not hour["attempts"]:
+        return "-"
+    rate = hour["successRate"] * 100
+    text = f"{rate:.1f}% of {hour['attempts']}"
+    if rate < 90:
+        return format_html('<span class="a2a-rate-bad">{}</span>', text)
+    return text
+
+
+def _latency(health: dict) -> str:
+    hour = health["lastHour"]
+    if not hour["attempts"]:
+        return "-"
+    return f"{hour['meanLatencyMs']:.0f} ms mean, {hour['maxLatencyMs']:.0f} ms max"
+
+
+# A test send waits for the receiver (up to the delivery timeout): a few per click.
+MAX_TEST_SENDS = 5
 
 
 @admin.register(Endpoint)
 class EndpointAdmin(ReadOnlyAdmin):
+    """Receivers by origin: pause state, failure streak, the last hour's success rate and
+    latency (finished attempts), and a signed test send (webhooks/endpoint_probe.py)."""
+
     list_display = (
         "origin",
+        "state_shown",
         "consecutive_failures",
-        "paused_at",
-        "paused_reason",
-        "last_success_at",
-        "last_failure_at",
+        "success_rate",
+        "latency",
+        "owed",
+        "last_success",
+        "last_failure",
     )
     list_filter = ("paused_at",)
     search_fields = ("origin",)
-    actions = ["pause", "resume"]
+    readonly_fields = ("health_shown",)
+    actions = ["pause", "resume", "send_test"]
+
+    class Media:
+        css = {"all": ["webhooks/console.css"]}
+
+    def get_changelist(self, request, **kwargs):
+        return EndpointChangeList
+
+    def _health(self, obj: Endpoint) -> dict:
+        health = getattr(obj, "health", None)
+        if health is None:  # the change page: one endpoint
+            health = obj.health = endpoint_health([obj])[obj.pk]
+        return health
+
+    @admin.display(description="state")
+    def state_shown(self, obj: Endpoint):
+        if obj.paused_at is not None:
+            return format_html(
+                '<span class="a2a-chip a2a-paused" title="{}">paused</span>', obj.paused_reason
+            )
+        if obj.consecutive_failures:
+            return mark_safe('<span class="a2a-chip a2a-dead">failing</span>')
+        return mark_safe('<span class="a2a-chip a2a-delivered">ok</span>')
+
+    @admin.display(description="success (last hour)")
+    def success_rate(self, obj: Endpoint):
+        return _rate(self._health(obj))
+
+    @admin.display(description="latency (last hour)")
+    def latency(self, obj: Endpoint):
+        return _latency(self._health(obj))
+
+    @admin.display(description="owes")
+    def owed(self, obj: Endpoint) -> str:
+        h = self._health(obj)
+        return f"{h['pending']} pending, {h['sending']} sending, {h['held']} held"
+
+    @admin.display(description="last success", ordering="last_success_at")
+    def last_success(self, obj: Endpoint) -> str:
+        return exact_time(obj.last_success_at)
+
+    @admin.display(description="last failure", ordering="last_failure_at")
+    def last_failure(self, obj: Endpoint) -> str:
+        return exact_time(obj.last_failure_at)
+
+    @admin.display(description="health")
+    def health_shown(self, obj: Endpoint):
+        h = self._health(obj)
+        since = exact_time(h["failingSince"]) if h["failingSince"] else "-"
+        return format_html(
+            "success (last hour): {}<br>latency (last hour): {}<br>owes: {}<br>failing since: {}",
+            _rate(h),
+            _latency(h),
+            self.owed(obj),
+            since,
+        )
 
     @admin.action(description="Pause (hold deliveries)", permissions=["operate"])
     def pause(self, request, queryset):
@@ -185,6 +514,36 @@ class EndpointAdmin(ReadOnlyAdmin):
         for endpoint in queryset:
             services.endpoint_resume(endpoint_pk=endpoint.pk, actor=request.user.get_username())
         self.message_user(request, f"resumed {queryset.count()} endpoint(s)")
+
+    @admin.action(
+        description="Send a signed test event (to the newest live push config's URL)",
+        permissions=["operate"],
+    )
+    def send_test(self, request, queryset):
+        endpoints = list(queryset[: MAX_TEST_SENDS + 1])
+        if len(endpoints) > MAX_TEST_SENDS:
+            self.message_user(
+                request,
+                f"select at most {MAX_TEST_SENDS} endpoints for a test send: nothing was sent",
+                messages.ERROR,
+            )
+            return
+        actor = request.user.get_username()
+        for endpoint in endpoints:
+            try:
+                sent = endpoint_send_test(endpoint_pk=endpoint.pk, actor=actor)
+            except TestSendRefused as exc:
+                self.message_user(request, f"{endpoint.origin}: {exc}", messages.ERROR)
+                continue
+            answer = f"HTTP {sent.status}" if sent.status is not None else "no answer"
+            text = (
+                f"{endpoint.origin}: test event {sent.event_id} to {sent.url} "
+                f"({sent.channel}): {answer} in {sent.duration_ms:.0f} ms"
+            )
+            if sent.ok:
+                self.message_user(request, text, messages.SUCCESS)
+            else:
+                self.message_user(request, f"{text}: {sent.detail}", messages.ERROR)
 
 
 class BindingInline(ReadOnlyInline):

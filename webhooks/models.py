@@ -172,7 +172,7 @@ class DeliveryAttempt(models.Model):
         ordering = ["delivery", "number"]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of delivery {self.delivery_id}"
+        return f"attempt {self.number}"  # its place in its run: the admin's "n of m"
 
 
 class AlertKind(models.TextChoices):

@@ -58,6 +58,7 @@ def sent(status: int | None, error: str | None, duration_ms: float) -> Transport
         duration_ms=duration_ms,
         error_class=error,
         retry_after=None,
+        error_detail="timed out after 5 s" if error == "timeout" else None,
     )
 
 
@@ -156,7 +157,7 @@ def test_admin_delivery_list_filters_by_agent_task_state_and_endpoint(deliveries
     row = page.locator("#result_list tbody tr", has_text=d.a_status)
     assert "shop-bot" in row.inner_text()
     assert "dead-lettered" in row.inner_text()
-    assert HOOKS in row.inner_text()
+    assert "https://hooks.example.org/a2a" in row.inner_text()  # the receiver URL column
 
     choose_filter(page, "agent", "other-bot")
     assert listed(page) == {d.c_snapshot}
@@ -209,10 +210,15 @@ def test_admin_delivery_page_shows_the_attempt_timeline(deliveries, page):
     def column(name: str) -> list[str]:
         return [rows.nth(i).locator(f"td.field-{name}").inner_text() for i in range(3)]
 
-    assert column("number") == ["1", "2", "3"]
-    assert column("status") == ["-", "503", "404"]
-    assert column("error_class") == ["timeout", "-", "-"]
-    assert column("duration_ms") == ["5000.0", "12.5", "8.25"]
+    # Newest first; each try out of the run's three (the schedule's two waits and the first).
+    assert column("attempt_of") == ["3 of 3", "2 of 3", "1 of 3"]
+    assert column("result") == ["404", "503", "timeout"]
+    assert column("failure") == [
+        "HTTP 404 Not Found from the receiver",
+        "HTTP 503 Service Unavailable from the receiver",
+        "timed out after 5 s",
+    ]
+    assert column("duration_ms") == ["8.25", "12.5", "5000.0"]
     # Read-only: a delivery changes through the services (and the replay action) only.
     assert page.locator("input[name=_save]").count() == 0
     assert page.locator("#attempts_log-group input:not([type=hidden])").count() == 0

@@ -1,8 +1,9 @@
 """Who may run the webhook admin's operator actions (Django's test client, PostgreSQL).
 
-Every action that writes (pause or resume an endpoint, resolve an alert, replay deliveries)
-needs the change permission of the model it acts on. A staff user who may only view is not
-offered the action, and posting it anyway changes nothing: no row, no audit record.
+Every action that writes (pause or resume an endpoint, resolve an alert, replay deliveries,
+retry one waiting for its next try) needs the change permission of the model it acts on. A
+staff user who may only view is not offered the action, and posting it anyway changes
+nothing: no row, no audit record.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from tasks import services
 from tests.factories import AgentFactory, user_message
@@ -35,6 +37,7 @@ class Scene:
     alert_pk: int  # the dead letter's open alert
     dead_pk: int
     delivered_pk: int
+    waiting_pk: int  # answered 503: pending, its next try later
 
 
 @pytest.fixture
@@ -61,6 +64,7 @@ def scene(db) -> Scene:
 
     dead_pk = sent(registered("gone", "https://gone.example.org/hook"), 404)
     delivered_pk = sent(registered("fine", "https://fine.example.org/hook"), 204)
+    waiting_pk = sent(registered("later", "https://later.example.org/hook"), 503)
     registered("held", "https://held.example.org/hook")
     paused = Endpoint.objects.get(origin="https://held.example.org:443")
     endpoint_pause(endpoint_pk=paused.pk, actor="setup")
@@ -73,6 +77,7 @@ def scene(db) -> Scene:
         alert_pk=alert.pk,
         dead_pk=dead_pk,
         delivered_pk=delivered_pk,
+        waiting_pk=waiting_pk,
     )
 
 
@@ -129,6 +134,13 @@ CASES = {
         "replay_deliveries",
         lambda s: [s.dead_pk, s.delivered_pk],
         lambda s: _states(s.dead_pk, s.delivered_pk) == {DeliveryState.PENDING},
+    ),
+    "retry_now": Case(
+        "/admin/webhooks/delivery/",
+        "retry_now",
+        "retry_deliveries_now",
+        lambda s: [s.waiting_pk],
+        lambda s: Delivery.objects.get(pk=s.waiting_pk).next_attempt_at <= timezone.now(),
     ),
 }
 
@@ -203,7 +215,7 @@ def test_admin_change_permission_of_another_model_does_not_allow_replay(scene, c
     """Replay needs change on Delivery; change on endpoints and alerts is not enough."""
     client.force_login(staff("endpoint-operator", (*VIEW, "change_endpoint", "change_alert")))
     assert offered_actions(client, "/admin/webhooks/delivery/") == set()
-    assert offered_actions(client, "/admin/webhooks/endpoint/") == {"pause", "resume"}
+    assert offered_actions(client, "/admin/webhooks/endpoint/") == {"pause", "resume", "send_test"}
     before = snapshot()
 
     run_action(client, CASES["replay"], scene)
