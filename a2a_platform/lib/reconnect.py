@@ -25,13 +25,26 @@ FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 2.0
 
 
+# SQLSTATE classes of a connection that is gone or refused: 08 connection exception, 57P
+# operator intervention (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now).
+_UNREACHABLE_SQLSTATES = ("08", "57P")
+
+
 def database_unreachable(exc: BaseException) -> bool:
-    """The database could not be reached or dropped the connection: Django's or psycopg's
-    OperationalError (connection lost, AdminShutdown, cannot connect, the pool's PoolTimeout)
-    or InterfaceError (a connection already closed)."""
-    return isinstance(
-        exc, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError
-    )
+    """The database could not be reached or dropped the connection: a connection lost
+    mid-query or refused at connect (psycopg's OperationalError without a server answer), an
+    AdminShutdown or other SQLSTATE 08/57P error, the pool's PoolTimeout, or an
+    InterfaceError (a connection already closed); raised by psycopg or wrapped by Django.
+    Not: errors the server answered about a query (a statement timeout, a lock timeout, a
+    deadlock), which a fresh connection would not cure."""
+    if isinstance(exc, OperationalError | InterfaceError) and exc.__cause__ is not None:
+        exc = exc.__cause__  # Django's wrapper: psycopg's error is its cause
+    if isinstance(exc, InterfaceError | psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError | psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(_UNREACHABLE_SQLSTATES)
 
 
 def fresh_connection(alias: str = DEFAULT_DB_ALIAS) -> None:

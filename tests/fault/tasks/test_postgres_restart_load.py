@@ -36,7 +36,7 @@ from tests.fault.postgres import riding_out
 from tests.processes import wait_until
 from tests.webhook_checks import ALLOWED, assert_delivered, configure, start_beat, start_worker
 from tests.webhook_receiver import ReceiverProcess
-from webhooks.models import Delivery, DeliveryState, PushConfig
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushConfig
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -247,6 +247,20 @@ def run_load(server, agent, receiver, worker, web) -> None:
 
     refused = sum(reasons.values())
     log = worker.log()
+    # Where the time went: tries without a recorded outcome (a claim or a send lost with its
+    # pump), deliveries tried more than once, the slowest delivery (written to delivered).
+    ours = DeliveryAttempt.objects.filter(delivery__task_id__in=stored)
+    unrecorded = ours.filter(status__isnull=True, error_class="").count()
+    retried = ours.filter(number__gt=1).values("delivery").distinct().count()
+    slowest = max(
+        (d.finished_at - d.created_at).total_seconds()
+        for d in Delivery.objects.filter(task_id__in=stored)
+    )
+    problems = [line for line in log.splitlines() if " ERROR " in line][:5]
+    print(  # noqa: T201
+        f"\n{unrecorded} tries never recorded, {retried} deliveries tried more than once, "
+        f"slowest delivery {slowest:.1f} s; worker errors: {problems}"
+    )
     print(  # noqa: T201
         f"\n{total} SendMessage at {RATE}/s; PostgreSQL restarted {RESTART_AFTER} s in, down "
         f"{restart_ended - restart_began:.1f} s; {len(accepted)} accepted, {refused} refused "
