@@ -174,7 +174,7 @@ def test_worker_token_with_underscores_in_its_secret_authenticates(
     monkeypatch, external_agent, client
 ):
     # token_urlsafe's alphabet includes "_"; about half of all real tokens contain one.
-    monkeypatch.setattr("agents.services.secrets.token_urlsafe", lambda n: "s_e_c-r_e_t")
+    monkeypatch.setattr("a2a_platform.lib.crypto.secrets.token_urlsafe", lambda n: "s_e_c-r_e_t")
     w = Worker(client, api_key_create(agent=external_agent, name="w", kind="worker").token)
     assert w.token.count("_") > 2
     assert w.claim().status_code == 204
