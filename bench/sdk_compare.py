@@ -2,6 +2,10 @@
 
     .venv/bin/python bench/sdk_compare.py [--duration 15] [--warmup 3] [--connections 16]
                                           [--web-workers 1] [--workers 1] [--sdk-sqlite]
+                                          [--pg-stats] [--no-pin] [--no-sdk]
+
+Scale-out: `--web-workers 2 --workers 2 --no-pin --no-sdk` (two web processes and two
+worker processes against one PostgreSQL and one Redis, every process on every core).
 
 Starts, one after the other on the same machine:
 - the platform: a PostgreSQL server of the bench's own (initdb into a temporary directory,
@@ -409,6 +413,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
     parser.add_argument("--sdk-sqlite", action="store_true", help="also the SDK's SQLite store")
     parser.add_argument(
+        "--no-pin", action="store_true", help="let every process use every core (scale-out)"
+    )
+    parser.add_argument("--no-sdk", action="store_true", help="the platform only")
+    parser.add_argument(
         "--pg-stats", action="store_true", help="print pg_stat_statements' top statements"
     )
     args = parser.parse_args()
@@ -417,7 +425,7 @@ def main() -> None:
             sys.exit(
                 f"{tool} is needed: apt-get install {'wrk' if tool == 'wrk' else 'util-linux'}"
             )
-    two = (os.cpu_count() or 1) >= 2
+    two = (os.cpu_count() or 1) >= 2 and not args.no_pin
     server_cpu, load_cpu = (0, 1) if two else (None, None)
     print(
         f"# {os.cpu_count()} cores; server side on CPU {server_cpu}, wrk on CPU {load_cpu}; "
@@ -426,6 +434,8 @@ def main() -> None:
         flush=True,
     )
     ours = platform_run(args, server_cpu, load_cpu)
+    if args.no_sdk:
+        return
     sdk = sdk_run(args, "memory", server_cpu, load_cpu)
     if args.sdk_sqlite:
         sdk_run(args, "sqlite", server_cpu, load_cpu)
