@@ -106,3 +106,17 @@ def test_permissions_reading_needs_view_and_writing_needs_run_rebind(agent):
     assert not Rebind.objects.exists()
     assert viewer.get("/api/v1/rebinds/not-a-uuid").status_code == 404
     assert viewer.get("/api/v1/rebinds/", {"state": "sideways"}).status_code == 400
+
+
+def test_a_retried_start_with_its_idempotency_key_starts_one_rebind(agent):
+    api = _client("runner", "view_rebind", "run_rebind")
+    key = {"HTTP_IDEMPOTENCY_KEY": "start-v2-move"}
+    first = api.post("/api/v1/rebinds/", MOVE, format="json", **key)
+    retry = api.post("/api/v1/rebinds/", MOVE, format="json", **key)
+    assert (first.status_code, retry.status_code) == (201, 201)
+    assert retry.json() == first.json()
+    assert Rebind.objects.count() == 1
+    assert OperatorAction.objects.filter(action="rebind_start").count() == 1
+    other = api.post("/api/v1/rebinds/", {**MOVE, "reason": "again"}, format="json", **key)
+    assert other.status_code == 422
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
