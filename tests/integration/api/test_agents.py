@@ -206,3 +206,15 @@ def test_signing_keys_show_public_parts_and_rotate_through_a_rebind(live_api, wr
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "rebind_conflict"
     assert Rebind.objects.count() == 1
+
+
+def test_making_an_agent_the_default_moves_the_role(live_api, write):
+    old = AgentFactory(slug="old-root", is_default=True)
+    AgentFactory(slug="new-root")
+    answer = live_api.patch("/api/v1/agents/new-root", json={"isDefault": True}, headers=write)
+    assert answer.status_code == 200, answer.text
+    assert list(Agent.objects.filter(is_default=True).values_list("slug", flat=True)) == [
+        "new-root"
+    ]
+    old.refresh_from_db()
+    assert not old.is_default
