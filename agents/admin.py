@@ -1,10 +1,39 @@
-from django.contrib import admin, messages
+import copy
+
+from django import forms
+from django.contrib import admin
+from django.forms.models import construct_instance
 from django.utils.html import format_html, format_html_join
 
 from agents import readiness
 from agents.card_signing import pretty
 from agents.models import Agent, ApiKey, CardVersion, SigningKey
-from agents.services import AgentError, agent_save, api_key_revoke
+from agents.services import EDITABLE_FIELDS, AgentError, agent_check, agent_save, api_key_revoke
+
+# Every stored secret of the platform (digests of API keys and tokens, encrypted private
+# keys, webhook tokens and credentials, a rebind's new ones). No admin page renders,
+# searches or filters by them, through any relation.
+SECRET_FIELDS = frozenset(
+    {
+        "digest",
+        "private_key_encrypted",
+        "token_encrypted",
+        "credentials_encrypted",
+        "new_token_encrypted",
+        "new_credentials_encrypted",
+    }
+)
+
+
+class SecretLookupsRefused:
+    """A ModelAdmin mixin refusing URL lookups through a secret field, as Django's UserAdmin
+    does for `password`: `?digest__startswith=ab` would let a viewer find a secret a prefix
+    at a time by counting rows. Django then answers 400 (DisallowedModelAdminLookup)."""
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if SECRET_FIELDS.intersection(lookup.split("__")):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -33,12 +62,40 @@ class CardVersionInline(admin.TabularInline):
         return False
 
 
+class AgentForm(forms.ModelForm):
+    """The agent's rules (agents.services.agent_check: slug, drain deadline, a card that
+    renders) are checked here, so a refused edit comes back on the form by field and
+    nothing is saved; save_model only saves."""
+
+    class Meta:
+        model = Agent
+        # The admin passes its own field list; these are what an operator may set.
+        fields = ["slug", *sorted(EDITABLE_FIELDS)]
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        candidate = construct_instance(self, copy.copy(self.instance))
+        try:
+            agent_check(candidate)
+        except AgentError as exc:
+            fields = {f: problems for f, problems in exc.fields.items() if f in self.fields}
+            for field, problems in fields.items():
+                for problem in problems:
+                    self.add_error(field, problem)
+            if not fields:
+                self.add_error(None, str(exc))
+        return data
+
+
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("slug", "name", "executor", "auth_mode", "is_default", "enabled", "updated_at")
     list_filter = ("executor", "auth_mode", "enabled", "is_default")
     search_fields = ("slug", "name")
     inlines = [ApiKeyInline, CardVersionInline]
+    form = AgentForm
     readonly_fields = ("readiness_checks", "capabilities_now", "card_as_served")
 
     @admin.display(description="readiness (this instance)")
@@ -73,14 +130,11 @@ class AgentAdmin(admin.ModelAdmin):
         )
 
     def save_model(self, request, obj, form, change):
-        try:
-            agent_save(agent=obj)
-        except AgentError as exc:
-            messages.error(request, str(exc))
+        agent_save(agent=obj)  # validated by AgentForm.clean
 
 
 @admin.register(CardVersion)
-class CardVersionAdmin(admin.ModelAdmin):
+class CardVersionAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("agent", "content_hash", "first_served_at", "last_served_at")
     list_filter = ("agent",)
     readonly_fields = ("agent", "content_hash", "first_served_at", "last_served_at", "card_json")
@@ -98,7 +152,7 @@ class CardVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
     """Keys are created with `manage.py create_api_key` (the token is printed once)."""
 
     list_display = ("name", "agent", "kind", "prefix", "created_at", "last_used_at", "revoked_at")
@@ -130,7 +184,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(SigningKey)
-class SigningKeyAdmin(admin.ModelAdmin):
+class SigningKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
     """Read-only: keys are created and rotated through agents.signing. The private key is
     never shown (not listed, not a field, not searchable)."""
 

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from agents.admin import SecretLookupsRefused
 from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
 from tasks.selectors import task_orphaned_q
 
@@ -61,7 +62,7 @@ class OrphanedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("id", "agent", "state", "status_timestamp", "context_id", "owner", "last_seq")
     list_filter = ("state", "agent", OrphanedFilter)
     search_fields = ("=id", "context_id")

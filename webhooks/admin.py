@@ -18,6 +18,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from agents.admin import SECRET_FIELDS, SecretLookupsRefused
 from webhooks import delivery_actions, services
 from webhooks import rebind as rebinds
 from webhooks.delivery import retry_schedule
@@ -56,7 +57,7 @@ class ReadOnlyInline(admin.TabularInline):
         return self.fields
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(SecretLookupsRefused, admin.ModelAdmin):
     """Rows change through the services only: no add, change or delete form for anyone.
 
     Operator actions that write are allowed by the model's change permission, checked by
@@ -626,7 +627,8 @@ class RebindAdmin(ReadOnlyAdmin):
     )
     list_filter = ("state", "policy", "agent")
     list_select_related = ("agent",)
-    readonly_fields = [f.name for f in Rebind._meta.fields]
+    # A read-only field is rendered whatever `exclude` says: the secrets are left out here.
+    readonly_fields = [f.name for f in Rebind._meta.fields if f.name not in SECRET_FIELDS]
     exclude = ("new_token_encrypted", "new_credentials_encrypted")
     inlines = [MoveInline]
     actions = ["advance", "cut_over", "abort"]
