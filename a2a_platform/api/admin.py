@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from a2a_platform.api.models import ApiToken
 from a2a_platform.api.services import TokenRefused, api_token_create, api_token_revoke
+from agents.admin import SecretLookupsRefused
 
 
 class TokenAddForm(forms.ModelForm):
@@ -32,7 +33,7 @@ class TokenAddForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("name", "prefix", "scope", "user", "created_at", "last_used_at", "state")
     list_filter = ("scope",)
     list_select_related = ("user",)
