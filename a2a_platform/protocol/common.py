@@ -173,6 +173,9 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
     _check_input_parts(ctx, msg)
     request_hash = _request_hash(params) if ctx.principal != ANONYMOUS else None
     metadata = json_format.MessageToDict(req.metadata) if req.HasField("metadata") else None
+    if raw_push is not None and msg.task_id:
+        # The task before the URL: a foreign or unknown task is TaskNotFound whatever the URL.
+        await orm(lambda: visible_task(ctx, msg.task_id))
     inline_push = None if raw_push is None else await checked_push_config(raw_push)
     issuer = card_url(ctx)
 
