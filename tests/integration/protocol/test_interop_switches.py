@@ -121,6 +121,15 @@ def test_a_foreign_task_is_not_found_whatever_the_url(wire, agent):
     assert answer["error"]["code"] == -32001, answer
 
 
+def test_a_follow_up_with_an_inline_config_for_a_foreign_task_is_not_found(wire, agent):
+    other = AgentFactory(slug="other", executor="external")
+    foreign = send(wire, path=f"/{other.slug}/")["result"]["task"]
+    message = user_message("x", taskId=foreign["id"])
+    config = {"taskPushNotificationConfig": {"url": "https://10.1.2.3/hook", "token": "t0ken"}}
+    answer = wire.rpc("SendMessage", {"message": message, "configuration": config}, headers=V1)
+    assert answer["error"]["code"] == -32001, answer
+
+
 # --- requests without A2A-Version -----------------------------------------------------------
 
 
