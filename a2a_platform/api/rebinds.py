@@ -17,7 +17,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from a2a_platform.api.errors import not_found
 from a2a_platform.api.views import ApiListView, ApiView
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
 from webhooks import rebind as rebinds
@@ -192,7 +191,11 @@ class RebindDetail(RebindView):
 
 
 class MovesSerializer(serializers.Serializer):
-    moves = serializers.ListField(child=serializers.IntegerField(), min_length=1, max_length=5000)
+    moves = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=5000,
+    )
 
 
 class AbortSerializer(serializers.Serializer):
@@ -200,45 +203,97 @@ class AbortSerializer(serializers.Serializer):
 
 
 class ExtendSerializer(serializers.Serializer):
-    seconds = serializers.IntegerField(min_value=1)
+    seconds = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+
+
+class CountSerializer(serializers.Serializer):
+    rebound = serializers.IntegerField(required=False, help_text="rebind-orphans: configs re-bound")
+    changed = serializers.IntegerField(required=False, help_text="move-now / finish-on-old")
 
 
 class RebindAction(RebindView):
-    """POST /api/v1/rebinds/<id>/<action>: advance, cutover, extend, abort, rebind-orphans,
-    move-now, finish-on-old."""
+    """POST /api/v1/rebinds/<id>/<action>: one view per transition (advance, cutover, extend,
+    abort, rebind-orphans, move-now, finish-on-old), each documented with its own body."""
 
     serializer_class = RebindSerializer
+    body: type[serializers.Serializer] | None = None
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
-    def post(self, request, pk, action):
+    def parsed(self, request) -> dict:
+        if self.body is None:
+            return {}
+        body = self.body(data=request.data)
+        body.is_valid(raise_exception=True)
+        return body.validated_data
+
+    def post(self, request, pk):
         rebind = rebinds.rebind_get(pk)
-        if action == "advance":
-            rebind = rebinds.rebind_advance(rebind.pk)
-        elif action == "cutover":
-            rebind = rebinds.rebind_cutover(rebind.pk, actor=self.actor)
-        elif action == "abort":
-            body = AbortSerializer(data=request.data)
-            body.is_valid(raise_exception=True)
-            reason = body.validated_data["reason"]
-            rebind = rebinds.rebind_abort(rebind.pk, actor=self.actor, reason=reason)
-        elif action == "extend":
-            body = ExtendSerializer(data=request.data)
-            body.is_valid(raise_exception=True)
-            seconds = body.validated_data["seconds"]
-            rebind = rebinds.rebind_extend(rebind.pk, seconds=seconds, actor=self.actor)
-        elif action == "rebind-orphans":
-            count = rebinds.rebind_orphans(rebind.pk, actor=self.actor)
-            return Response({"rebound": count})
-        elif action in ("move-now", "finish-on-old"):
-            body = MovesSerializer(data=request.data)
-            body.is_valid(raise_exception=True)
-            step = (
-                rebinds.rebind_moves_now
-                if action == "move-now"
-                else rebinds.rebind_moves_finish_on_old
-            )
-            count = step(rebind.pk, move_pks=body.validated_data["moves"], actor=self.actor)
-            return Response({"changed": count})
-        else:
-            raise not_found(f"no action {action!r}")
-        return Response(RebindSerializer(rebind).data)
+        return self.run(rebind, self.parsed(request))
+
+    def run(self, rebind, data: dict) -> Response:
+        raise NotImplementedError
+
+
+@extend_schema(request=None, responses={200: RebindSerializer})
+class RebindAdvance(RebindAction):
+    def run(self, rebind, data):
+        return Response(RebindSerializer(rebinds.rebind_advance(rebind.pk)).data)
+
+
+@extend_schema(request=None, responses={200: RebindSerializer})
+class RebindCutover(RebindAction):
+    def run(self, rebind, data):
+        done = rebinds.rebind_cutover(rebind.pk, actor=self.actor)
+        return Response(RebindSerializer(done).data)
+
+
+@extend_schema(request=AbortSerializer, responses={200: RebindSerializer})
+class RebindAbort(RebindAction):
+    body = AbortSerializer
+
+    def run(self, rebind, data):
+        done = rebinds.rebind_abort(rebind.pk, actor=self.actor, reason=data["reason"])
+        return Response(RebindSerializer(done).data)
+
+
+@extend_schema(request=ExtendSerializer, responses={200: RebindSerializer})
+class RebindExtend(RebindAction):
+    body = ExtendSerializer
+
+    def run(self, rebind, data):
+        done = rebinds.rebind_extend(rebind.pk, seconds=data["seconds"], actor=self.actor)
+        return Response(RebindSerializer(done).data)
+
+
+@extend_schema(request=None, responses={200: CountSerializer})
+class RebindOrphans(RebindAction):
+    def run(self, rebind, data):
+        return Response({"rebound": rebinds.rebind_orphans(rebind.pk, actor=self.actor)})
+
+
+@extend_schema(request=MovesSerializer, responses={200: CountSerializer})
+class RebindMoveNow(RebindAction):
+    body = MovesSerializer
+
+    def run(self, rebind, data):
+        count = rebinds.rebind_moves_now(rebind.pk, move_pks=data["moves"], actor=self.actor)
+        return Response({"changed": count})
+
+
+@extend_schema(request=MovesSerializer, responses={200: CountSerializer})
+class RebindFinishOnOld(RebindAction):
+    body = MovesSerializer
+
+    def run(self, rebind, data):
+        step = rebinds.rebind_moves_finish_on_old
+        return Response({"changed": step(rebind.pk, move_pks=data["moves"], actor=self.actor)})
+
+
+ACTIONS: dict[str, type[RebindAction]] = {
+    "advance": RebindAdvance,
+    "cutover": RebindCutover,
+    "extend": RebindExtend,
+    "abort": RebindAbort,
+    "rebind-orphans": RebindOrphans,
+    "move-now": RebindMoveNow,
+    "finish-on-old": RebindFinishOnOld,
+}

@@ -16,16 +16,6 @@ from a2a_platform.api import (
     tokens,
 )
 
-REBIND_ACTIONS = [
-    "advance",
-    "cutover",
-    "extend",
-    "abort",
-    "rebind-orphans",
-    "move-now",
-    "finish-on-old",
-]
-
 delivery_urls = [
     path("deliveries/", deliveries.DeliveryList.as_view(), name="deliveries"),
     path("deliveries/replay", deliveries.DeliveryReplay.as_view(), name="deliveries-replay"),
@@ -37,13 +27,8 @@ rebind_urls = [
     path("rebinds/", rebinds.RebindList.as_view(), name="rebinds"),
     path("rebinds/<str:pk>", rebinds.RebindDetail.as_view(), name="rebind"),
     *(
-        path(
-            f"rebinds/<str:pk>/{action}",
-            rebinds.RebindAction.as_view(),
-            {"action": action},
-            name=f"rebind-{action}",
-        )
-        for action in REBIND_ACTIONS
+        path(f"rebinds/<str:pk>/{action}", view.as_view(), name=f"rebind-{action}")
+        for action, view in rebinds.ACTIONS.items()
     ),
 ]
 
