@@ -218,7 +218,8 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_DEFAULT_QUEUE = "agents"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# (issue 18, H4) DatabaseScheduler that also writes the platform's missing schedules.
+CELERY_BEAT_SCHEDULER = "a2a_platform.beat:PlatformScheduler"
 CELERY_TIMEZONE = "UTC"
 
 # --- Platform knobs -------------------------------------------------------------------
