@@ -8,7 +8,6 @@ from kombu import Queue
 # Leaf modules (no Django import): safe before the apps load.
 from tasks.job_names import SWEEP_DISPATCHES_JOB
 from webhooks.job_names import PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
-from webhooks.schedules import beat_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
 
@@ -27,14 +26,3 @@ app.conf.task_routes = {
     "heartbeat.*": {"queue": "heartbeat"},
 }
 app.autodiscover_tasks(related_name="jobs")
-
-
-@app.on_after_configure.connect
-def _install_schedules(sender, source, **kwargs) -> None:
-    """Beat carries the platform's schedules itself: django-celery-beat's DatabaseScheduler
-    writes `beat_schedule` as PeriodicTask rows when it starts (by name, the rows
-    `manage.py sync_schedules` writes), so a fresh database needs no extra command. Read
-    here, once the Django settings are loaded, for the intervals."""
-    from django.conf import settings
-
-    source.beat_schedule = beat_schedule(settings)

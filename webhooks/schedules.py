@@ -1,11 +1,9 @@
-"""The platform's periodic jobs: one table, read by Celery beat at start (a2a_platform/celery.py
-puts it in `beat_schedule`, which django-celery-beat's DatabaseScheduler writes as
-PeriodicTask rows named as here) and by `manage.py sync_schedules` (the same rows, for an
-operator who wants them written without starting beat). Both update rows by name, so neither
-creates a duplicate of the other's.
+"""The platform's periodic jobs: one table, written as django-celery-beat PeriodicTask rows
+named as here, by beat itself when it starts (a2a_platform/beat.py: the rows that are missing)
+and by `manage.py sync_schedules` (every row, brought back to the settings). Both go by name,
+so neither creates a duplicate of the other's.
 
-In webhooks, the top app: the table names jobs of every app (import contracts). No Django import:
-the Celery app reads it before the apps load.
+In webhooks, the top app: the table names jobs of every app (import contracts). No Django import.
 """
 
 from __future__ import annotations
@@ -56,7 +54,7 @@ SCHEDULES: dict[str, Schedule] = {
 
 
 def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
-    """The table as Celery's `beat_schedule` (intervals from `settings`)."""
+    """The table as Celery's `beat_schedule` entries (intervals from `settings`)."""
     return {
         name: {
             "task": s.job,

@@ -48,7 +48,7 @@ def commands(port: str) -> dict[str, list[str]]:
             "--loglevel",
             "INFO",
             "--scheduler",
-            "django_celery_beat.schedulers:DatabaseScheduler",
+            "a2a_platform.beat:PlatformScheduler",
         ],
     }
 

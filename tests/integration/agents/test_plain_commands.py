@@ -1,8 +1,9 @@
 """The conventional commands, as Celery's docs and deployment templates run them (issue 18):
 `celery -A a2a_platform worker` with no `-Q`, and `celery -A a2a_platform beat` on a fresh
 database where nobody ran `manage.py sync_schedules`. Together they make the instance ready:
-the worker consumes the platform's three queues, beat writes the platform's schedules itself
-(the rows sync_schedules writes, by name, so running it afterwards duplicates nothing)."""
+the worker consumes the platform's three queues, beat writes the platform's missing schedules
+itself (a2a_platform/beat.py: the rows sync_schedules writes, by name, so running it
+afterwards duplicates nothing, and a row that exists is left as it is)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import io
 
 import pytest
 from django.core.management import call_command
-from django_celery_beat.models import PeriodicTask
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from agents import readiness
 from agents.models import WorkerHeartbeat
@@ -78,4 +79,26 @@ def test_plain_worker_and_beat_on_a_fresh_database_make_the_instance_ready(tmp_p
     call_command("sync_schedules", stdout=io.StringIO())
     call_command("sync_schedules", stdout=io.StringIO())
     assert PeriodicTask.objects.count() == total
+    assert [name for name, *_ in platform_schedules()] == sorted(SCHEDULES)
+
+
+def test_beat_leaves_an_existing_schedule_as_it_is(tmp_path):
+    """A row an operator (or sync_schedules under other settings) wrote keeps its interval and
+    its enabled flag; only the missing ones are written."""
+    every_7, _ = IntervalSchedule.objects.get_or_create(every=7, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.create(
+        name="purge old rows", task="webhooks.purge_old_rows", interval=every_7, enabled=False
+    )
+    beat = celery(tmp_path, "beat", "beat", "--schedule", str(tmp_path / "beat-schedule"))
+    try:
+        beat.wait_for_log("beat: Starting")
+        wait_until(
+            lambda: PeriodicTask.objects.filter(name__in=SCHEDULES).count() == len(SCHEDULES),
+            timeout=30,
+            message="beat's schedules",
+        )
+    finally:
+        beat.stop()
+    purge = PeriodicTask.objects.get(name="purge old rows")
+    assert (purge.interval.every, purge.enabled) == (7, False)
     assert [name for name, *_ in platform_schedules()] == sorted(SCHEDULES)
