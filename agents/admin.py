@@ -3,11 +3,12 @@ import copy
 from django import forms
 from django.contrib import admin
 from django.forms.models import construct_instance
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agents import readiness
 from agents.card_signing import pretty
-from agents.models import Agent, ApiKey, CardVersion, SigningKey
+from agents.models import Agent, ApiKey, CardVersion, SigningKey, SigningKeyState
 from agents.services import EDITABLE_FIELDS, AgentError, agent_check, agent_save, api_key_revoke
 
 # Every stored secret of the platform (digests of API keys and tokens, encrypted private
@@ -46,6 +47,33 @@ class ApiKeyInline(admin.TabularInline):
 
     def has_add_permission(self, request, obj=None):
         return False
+
+
+class SigningKeyInline(admin.TabularInline):
+    """The agent's signing keys, public parts only (kid, algorithm, state, times; the
+    private key is no field here). A retiring key links to its retirement (the console's
+    confirmation, refused while an open rebind holds it); rotating is a rebind."""
+
+    model = SigningKey
+    extra = 0
+    can_delete = False
+    fields = ("kid", "algorithm", "state", "created_at", "retiring_since", "retired_at", "manage")
+    readonly_fields = fields
+    ordering = ("-created_at", "-id")
+    verbose_name_plural = "signing keys (public parts)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="")
+    def manage(self, obj: SigningKey):
+        if obj.state != SigningKeyState.RETIRING:
+            return "-"
+        url = reverse("admin:webhooks_rebind_retire_key", args=[obj.pk])
+        return format_html('<a href="{}" class="a2a-retire-key">retire…</a>', url)
 
 
 class CardVersionInline(admin.TabularInline):
@@ -94,9 +122,23 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("slug", "name", "executor", "auth_mode", "is_default", "enabled", "updated_at")
     list_filter = ("executor", "auth_mode", "enabled", "is_default")
     search_fields = ("slug", "name")
-    inlines = [ApiKeyInline, CardVersionInline]
+    inlines = [SigningKeyInline, ApiKeyInline, CardVersionInline]
     form = AgentForm
-    readonly_fields = ("readiness_checks", "capabilities_now", "card_as_served")
+    readonly_fields = ("key_rotation", "readiness_checks", "capabilities_now", "card_as_served")
+
+    @admin.display(description="signing key rotation")
+    def key_rotation(self, obj):
+        if obj.pk is None:
+            return "-"
+        # A rotation is a rebind (drain or cutover, with its checks and blast radius):
+        # the wizard, prefilled.
+        url = reverse("admin:webhooks_rebind_start")
+        return format_html(
+            '<a href="{}?agent={}&amp;operations=rotate_key" id="rotate-key">'
+            "Rotate the signing key (start a key-rotation rebind)</a>",
+            url,
+            obj.slug,
+        )
 
     @admin.display(description="readiness (this instance)")
     def readiness_checks(self, obj):

@@ -12,14 +12,18 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from agents.admin import SECRET_FIELDS, SecretLookupsRefused
-from webhooks import delivery_actions, services
+from agents.models import SigningKey
+from agents.signing import SigningKeyError
+from tasks.admin import TaskAdmin
+from tasks.models import Task
+from webhooks import delivery_actions, key_actions, services
 from webhooks import rebind as rebinds
 from webhooks.delivery import retry_schedule
 from webhooks.endpoint_probe import TestSendRefused, endpoint_send_test, url_shown
@@ -40,7 +44,12 @@ from webhooks.models import (
 )
 from webhooks.rebind_checks import rebind_preview
 from webhooks.rebind_machine import IllegalRebindTransition
-from webhooks.selectors import endpoint_health
+from webhooks.selectors import (
+    binding_secrets_masked,
+    binding_status,
+    endpoint_health,
+    task_channel_history,
+)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -548,16 +557,39 @@ class EndpointAdmin(ReadOnlyAdmin):
 
 
 class BindingInline(ReadOnlyInline):
+    """A config's binding versions, credentials masked (selectors.binding_secrets_masked:
+    whether a token and credentials are set, the scheme; nothing decrypted)."""
+
     model = PushBinding
     fields = (
         "version",
-        "url",
-        "auth_scheme",
+        "status",
+        "url_masked",
+        "credentials",
         "endpoint",
         "created_at",
         "activated_at",
         "retired_at",
     )
+
+    @admin.display(description="status")
+    def status(self, obj: PushBinding) -> str:
+        return binding_status(obj)
+
+    @admin.display(description="URL")
+    def url_masked(self, obj: PushBinding) -> str:
+        return url_shown(obj.url)
+
+    @admin.display(description="credentials")
+    def credentials(self, obj: PushBinding) -> str:
+        masked = binding_secrets_masked(obj)
+        auth = masked["authentication"]
+        parts = [f"token {masked['token'] or 'none'}"]
+        if auth:
+            parts.append(
+                f"{auth['scheme'] or 'no scheme'}: credentials {auth['credentials'] or 'none'}"
+            )
+        return "; ".join(parts)
 
 
 @admin.register(PushConfig)
@@ -639,7 +671,40 @@ class RebindAdmin(ReadOnlyAdmin):
 
     def get_urls(self):
         wizard = self.admin_site.admin_view(self.wizard_view)
-        return [path("start/", wizard, name="webhooks_rebind_start"), *super().get_urls()]
+        retire = self.admin_site.admin_view(self.retire_key_view)
+        return [
+            path("start/", wizard, name="webhooks_rebind_start"),
+            path("retire-key/<int:key_pk>/", retire, name="webhooks_rebind_retire_key"),
+            *super().get_urls(),
+        ]
+
+    def retire_key_view(self, request, key_pk: int):
+        """Retire a retiring signing key (linked from the agent's page): a confirmation,
+        then webhooks/key_actions.py (refused while an open rebind holds the key)."""
+        if not self.has_run_rebind_permission(request):
+            raise PermissionDenied
+        key = SigningKey.objects.filter(pk=key_pk).select_related("agent").first()
+        if key is None:
+            raise Http404("no such signing key")
+        back = reverse("admin:agents_agent_change", args=[key.agent_id])
+        if request.method == "POST":
+            try:
+                key_actions.signing_key_retire_checked(
+                    key_pk=key.pk, actor=request.user.get_username()
+                )
+            except SigningKeyError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.message_user(request, f"key {key.kid} retired", messages.SUCCESS)
+            return HttpResponseRedirect(back)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "key": key,
+            "back": back,
+            "title": f"Retire signing key {key.kid}",
+        }
+        return TemplateResponse(request, "admin/webhooks/rebind/retire_key.html", context)
 
     def changelist_view(self, request, extra_context=None):
         extra = {"can_run_rebind": self.has_run_rebind_permission(request), **(extra_context or {})}
@@ -651,7 +716,13 @@ class RebindAdmin(ReadOnlyAdmin):
         the list); nothing is written until it is confirmed."""
         if not self.has_run_rebind_permission(request):
             raise PermissionDenied
-        form = RebindForm(request.POST or None)
+        # Links (the agent's "rotate" link) may prefill the form: ?agent=…&operations=….
+        initial = {
+            name: request.GET.getlist(name) if name == "operations" else request.GET[name]
+            for name in ("agent", "operations", "task_id", "config_id")
+            if name in request.GET
+        }
+        form = RebindForm(request.POST or None, initial=initial)
         context = {**self.admin_site.each_context(request), "opts": self.opts, "form": form}
         context["title"] = "Start a rebind"
         if request.method == "POST" and form.is_valid():
@@ -775,3 +846,83 @@ class ChannelMoveAdmin(ReadOnlyAdmin):
     @admin.action(description="Let finish on the old channel", permissions=["run_rebind"])
     def finish_on_old(self, request, queryset):
         self._by_rebind(request, queryset, rebinds.rebind_moves_finish_on_old, "left on old")
+
+
+class TaskChannelsAdmin(TaskAdmin):
+    """tasks/admin.py's task page with the task's push channel history (the webhooks app sits
+    above tasks, so it extends the task admin rather than tasks importing webhooks)."""
+
+    readonly_fields = ("channel_history",)
+
+    @admin.display(description="push channel history")
+    def channel_history(self, obj):
+        history = task_channel_history(obj)
+        versions = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    v["channel"],
+                    v["status"],
+                    url_shown(v["url"]),
+                    "token set" if v["token"] else "no token",
+                    exact_time(v["createdAt"]),
+                    exact_time(v["activatedAt"]),
+                    exact_time(v["retiredAt"]),
+                )
+                for v in history["versions"]
+            ),
+        )
+        moves = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>v{} → v{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td></tr>",
+            (
+                (
+                    m["rebindId"][:8],
+                    m["configId"],
+                    m["fromVersion"],
+                    m["toVersion"] if m["toVersion"] is not None else "-",
+                    m["state"],
+                    m["notice"] or "-",
+                    exact_time(m["createdAt"]),
+                    exact_time(m["finishedAt"]),
+                )
+                for m in history["moves"]
+            ),
+        )
+        notices = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}.v{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    n["id"],
+                    n["kind"],
+                    n["configId"],
+                    n["version"],
+                    n["state"],
+                    n["lastError"] or "-",
+                    exact_time(n["createdAt"]),
+                )
+                for n in history["notices"]
+            ),
+        )
+        return format_html(
+            '<div id="channel-history">'
+            '<table id="channel-versions"><caption>binding versions</caption><thead><tr>'
+            "<th>channel</th><th>status</th><th>URL</th><th>token</th><th>made</th>"
+            "<th>activated</th><th>retired</th></tr></thead><tbody>{}</tbody></table>"
+            '<table id="channel-moves"><caption>rebind moves</caption><thead><tr>'
+            "<th>rebind</th><th>config</th><th>versions</th><th>state</th><th>notice</th>"
+            "<th>made</th><th>finished</th></tr></thead><tbody>{}</tbody></table>"
+            '<table id="channel-notices"><caption>channel notices</caption><thead><tr>'
+            "<th>notice</th><th>kind</th><th>on</th><th>state</th><th>last error</th>"
+            "<th>made</th></tr></thead><tbody>{}</tbody></table></div>",
+            versions,
+            moves,
+            notices,
+        )
+
+
+admin.site.unregister(Task)
+admin.site.register(Task, TaskChannelsAdmin)

@@ -145,7 +145,7 @@ def test_an_agent_edit_the_rules_refuse_comes_back_on_the_form(operator):
         elif value is not False and value is not None:
             data[name] = value
     data["push_rebind_deadline"] = "0"  # the model allows it; agent_check does not
-    for prefix in ("api_keys", "card_versions"):
+    for prefix in ("signing_keys", "api_keys", "card_versions"):
         data.update({f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0"})
     before = Agent.objects.filter(pk=agent.pk).values().get()
 
