@@ -192,7 +192,8 @@ def test_make_run_serves_streams_executes_and_delivers_on_the_embedded_defaults(
                 },
                 headers={"Referer": f"{base}/admin/login/"},
             )
-            assert login.status_code in (200, 302) and "sessionid" in admin.cookies, login.text
+            assert login.status_code in (200, 302), login.text
+            assert "sessionid" in admin.cookies, login.text
             page = admin.get("/admin/tasks/task/?push_channel=orphaned")
             assert page.status_code == 200, page.text[-2000:]
             assert "0 tasks" in page.text or "0 results" in page.text, page.text[-2000:]
