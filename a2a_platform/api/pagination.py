@@ -1,12 +1,15 @@
 """Cursor pagination for every list: opaque `next` / `previous` links, `page_size` up to 500.
 The ordering is the view's (`ordering`), or the whitelisted one asked for with `?ordering=`
 (non-null columns only); ties on the first column are kept apart by the cursor's offset, so a
-page never repeats or skips a row that did not change. A cursor not handed out is a 400."""
+page never repeats or skips a row that did not change. A cursor not handed out is a 400,
+whatever it decodes to: its position must be a value of the ordering's first column (a
+position the column cannot hold, or a NUL, would reach the database and fail there)."""
 
 from __future__ import annotations
 
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from rest_framework.exceptions import NotFound
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 
 from a2a_platform.api.errors import invalid
 
@@ -33,8 +36,31 @@ class CursorPages(CursorPagination):
                 param["schema"].update(minimum=1, maximum=self.max_page_size)
         return params
 
+    def paginate_queryset(self, queryset, request, view=None):
+        self._model = queryset.model  # decode_cursor checks a position against its column
+        return super().paginate_queryset(queryset, request, view)
+
     def decode_cursor(self, request):
         try:
-            return super().decode_cursor(request)
-        except NotFound:
+            cursor = super().decode_cursor(request)
+            if cursor is not None and cursor.position is not None:
+                cursor = Cursor(cursor.offset, cursor.reverse, self._position(cursor.position))
+        except (NotFound, ValidationError, ValueError, TypeError, OverflowError):
             raise invalid(self.cursor_query_param, "not a cursor this list handed out") from None
+        return cursor
+
+    def _position(self, position: str):
+        """The position as a value of the first ordering column (ValueError if it is not)."""
+        if "\x00" in position:
+            raise ValueError("NUL")
+        name = self.ordering[0].lstrip("-")
+        try:
+            field = self._model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return position  # an annotation: compared as given
+        value = field.to_python(position)
+        if value is None:
+            raise ValueError("no position")
+        # the lookup's own preparation (an integer column refuses what it cannot hold)
+        field.get_prep_value(value)
+        return position
