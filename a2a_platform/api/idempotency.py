@@ -13,6 +13,7 @@ import hashlib
 import json
 
 from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
 
 from a2a_platform.api import services
 from a2a_platform.api.auth import principal
@@ -73,8 +74,11 @@ def finish(result: services.Claim, response: Response) -> None:
     if response.status_code >= 500:
         services.idempotency_release(claim_id=result.row.pk)
     else:
+        # As the renderer would write it (UUIDs, times, decimals as JSON), so the replay is
+        # byte for byte the first answer's content.
+        body = json.loads(json.dumps(response.data, cls=JSONEncoder))
         services.idempotency_record(
-            claim_id=result.row.pk, status_code=response.status_code, response=response.data
+            claim_id=result.row.pk, status_code=response.status_code, response=body
         )
 
 
