@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import django_filters
+from django.core.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
 from a2a_platform.api.errors import invalid
@@ -33,11 +34,17 @@ class WhitelistedOrdering(OrderingFilter):
 class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
     def to_python(self, value):
         parsed = super().to_python(value)
-        return parsed.astimezone(dt.UTC) if parsed is not None else None
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(dt.UTC)
+        except OverflowError:  # 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 
 class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
     """An ISO 8601 time, as the same instant in UTC: PostgreSQL refuses a literal whose offset
-    is beyond ±15:59 (a 500 otherwise), which Python's datetimes allow."""
+        is beyond ±15:59 (a 500 otherwise), which Python's datetimes allow. A time that is not one
+    in UTC (past the year 9999, or before the year 1) is a 400 like any bad time."""
 
     field_class = UtcIsoDateTimeField

@@ -156,7 +156,9 @@ def test_a_bad_retry_body_is_a_400(api_web, tokens, body):
     assert _audited() == []
 
 
-@pytest.mark.parametrize("since", ["yesterday", "2026-13-01T00:00:00Z", "\x00"])
+@pytest.mark.parametrize(
+    "since", ["yesterday", "2026-13-01T00:00:00Z", "\x00", "9999-12-31T23:59:59-14:00"]
+)
 def test_a_bad_since_is_a_400(api_web, tokens, since):
     answer = tokens.client("read").get("/api/v1/deliveries/", params={"since": since})
     assert answer.status_code == 400, answer.text

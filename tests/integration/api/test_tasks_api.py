@@ -203,6 +203,8 @@ def test_reading_tasks_needs_the_view_permission_in_scope_and_user(store, tokens
         ({"state": "bogus"}, "state"),
         ({"orphaned": "perhaps"}, "orphaned"),
         ({"updatedSince": "yesterday"}, "updatedSince"),
+        ({"updatedSince": "9999-12-31T23:59:59-14:00"}, "updatedSince"),  # year 10000 in UTC
+        ({"updatedSince": "0001-01-01T00:00:00+14:00"}, "updatedSince"),  # year 0 in UTC
         ({"ordering": "owner"}, "ordering"),
         ({"ordering": "-metadata"}, "ordering"),
         ({"cursor": "%%%not-base64"}, "cursor"),
