@@ -29,7 +29,6 @@ from agents.models import (
     PushChannelPolicy,
     SigningKey,
 )
-from agents.selectors import agent_by_slug
 from agents.services import agent_create, agent_update, api_key_create, api_key_revoke
 from agents.signing import public_jwk
 from webhooks import rebind as rebinds
@@ -152,7 +151,9 @@ class AgentFilter(django_filters.FilterSet):
 
 
 def agent_or_404(slug: str) -> Agent:
-    agent = agent_by_slug(slug)
+    # Any agent, enabled or not: the operator's list shows disabled ones, and one disabled
+    # here must be readable and editable to be enabled again (agent_by_slug is what serves).
+    agent = Agent.objects.filter(slug=slug).first()
     if agent is None:
         raise not_found(f"no agent {slug!r}")
     return agent
