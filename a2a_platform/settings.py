@@ -200,6 +200,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
     }
+    # kombu's file-system transport, each message written whole before consumers see it.
+    CELERY_BROKER_TRANSPORT = "a2a_platform.broker_fs:Transport"
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 if CELERY_BROKER_URL.startswith("redis://"):
