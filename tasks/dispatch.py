@@ -23,15 +23,8 @@ from a2a_platform.lib.on_commit import enqueue_on_commit
 from agents.models import Agent, Executor
 from tasks.errors import NotExternalExecutor
 from tasks.job_names import RUN_EXECUTOR_JOB
-from tasks.models import (
-    ACTIVE_DISPATCH_STATES,
-    DispatchState,
-    EventKind,
-    ExecutorDispatch,
-    Task,
-    TaskEvent,
-)
-from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES
+from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch, Task
+from tasks.task_store import get_task_store
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +81,7 @@ class DispatchClaim:
     task_id: str
     progress: dict
     lease_expires_at: object
+    executor: str = ""  # the task's agent's executor (Executor), when the claim read it
 
 
 def _lease_until():
@@ -112,24 +106,25 @@ def _claim(dispatch: ExecutorDispatch, worker: str) -> DispatchClaim:
 def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     """Claim one dispatch for a Celery executor. None: gone, done, not yet due, or taken.
 
-    A duplicate broker message finds the dispatch claimed (or locked) and does nothing.
+    A dispatch whose task is terminal is marked DONE (and None returned). A duplicate broker
+    message finds the dispatch claimed (or locked) and does nothing. Only the dispatch row is
+    locked (and skipped when locked): a task row busy with a lifecycle write is no reason to
+    drop this job and leave the dispatch to the sweeper. One statement on PostgreSQL
+    (task_store.claim_dispatch).
     """
+    now = timezone.now()
+    lease_until = now + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
     with transaction.atomic():
-        # Lock (and skip) only the dispatch row: a task row busy with a lifecycle write is no
-        # reason to drop this job and leave the dispatch to the sweeper.
-        dispatch = (
-            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("task")
-            .filter(pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=timezone.now())
-            .first()
-        )
-        if dispatch is None:
-            return None
-        if dispatch.task.task_state in TERMINAL_STATES:
-            dispatch.state = DispatchState.DONE
-            dispatch.save(update_fields=["state", "updated_at"])
-            return None
-        return _claim(dispatch, worker)
+        row = get_task_store().claim_dispatch(dispatch_id, worker, now, lease_until)
+    if row is None or not row.claimed:
+        return None
+    logger.info(
+        "dispatch claimed",
+        extra={"task_id": str(row.task_id), "dispatch_id": dispatch_id, "worker": worker},
+    )
+    return DispatchClaim(
+        dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
+    )
 
 
 def dispatch_claim_next(*, agent: Agent, worker: str) -> DispatchClaim | None:
@@ -185,74 +180,28 @@ def dispatch_finish(
 
     A client message that arrived while the claim was held (the task asked for input and the
     client answered before this release) found the dispatch still active and opened none:
-    the dispatch then stays pending, due now, so the answer is run.
+    the dispatch then stays pending, due now, so the answer is run. The lifecycle services'
+    lock order, task then dispatch: a racing client message has either committed (and is
+    seen) or waits and then opens a dispatch itself (task_store.release_dispatch; two
+    statements on PostgreSQL).
     """
+    now = timezone.now()
+    again_at = now + timedelta(seconds=run_again_after) if run_again_after is not None else None
     with transaction.atomic():
-        task_id = (
-            ExecutorDispatch.objects.filter(pk=dispatch_id)
-            .values_list("task_id", flat=True)
-            .first()
+        released = get_task_store().release_dispatch(
+            dispatch_id, worker, progress=progress, again_at=again_at, now=now
         )
-        # The lifecycle services' lock order, task then dispatch: a racing client message has
-        # either committed (and is seen below) or waits and then opens a dispatch itself.
-        task = (
-            Task.objects.select_for_update(of=("self",))
-            .select_related("agent")
-            .filter(pk=task_id)
-            .first()
-        )
-        dispatch = _held(dispatch_id, worker).first() if task is not None else None
-        if dispatch is None:
+        if released is None:
             return False
-        dispatch.task = task
-        if progress is not None:
-            dispatch.progress = progress
-        dispatch.lease_expires_at = None
-        if run_again_after is not None and task.task_state not in TERMINAL_STATES:
-            dispatch.state = DispatchState.PENDING
-            dispatch.not_before = timezone.now() + timedelta(seconds=run_again_after)
-            dispatch.enqueues = 0
-            _announce(dispatch, countdown=run_again_after)
-        elif _client_input_pending(task):
-            dispatch.state = DispatchState.PENDING
-            dispatch.not_before = timezone.now()
-            dispatch.enqueues = 0
-            _announce(dispatch)
-            logger.info(
-                "client input arrived during the run; dispatch pending again",
-                extra={"task_id": str(task.pk), "dispatch_id": dispatch.pk},
-            )
-        else:
-            dispatch.state = DispatchState.DONE
-        dispatch.save(
-            update_fields=[
-                "progress",
-                "lease_expires_at",
-                "state",
-                "not_before",
-                "enqueues",
-                "updated_at",
-            ]
+        if released.outcome != "done" and released.executor != Executor.EXTERNAL:
+            countdown = run_again_after if released.outcome == "again" else None
+            enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch_id], countdown=countdown)
+    if released.outcome == "input":
+        logger.info(
+            "client input arrived during the run; dispatch pending again",
+            extra={"task_id": str(released.task_id), "dispatch_id": dispatch_id},
         )
     return True
-
-
-def _client_input_pending(task: Task) -> bool:
-    """The task waits for input, yet a client message came after its latest status change."""
-    if task.task_state not in INTERRUPTED_STATES:
-        return False
-    last_status = (
-        TaskEvent.objects.filter(task=task, kind=EventKind.STATUS)
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
-    return TaskEvent.objects.filter(
-        task=task,
-        kind=EventKind.MESSAGE,
-        seq__gt=last_status or 0,
-        payload__message__role="ROLE_USER",
-    ).exists()
 
 
 @dataclass(frozen=True)

@@ -258,36 +258,88 @@ def task_add_artifact(
     whose last chunk was seen is refused. Side effects: TaskEvent (artifactUpdate), hooks,
     NOTIFY.
     """
-    if isinstance(artifact, a2a_pb2.Artifact):
-        artifact = wire.to_json(artifact)
-    art = wire.parse_artifact(artifact)
-    chunk = wire.to_json(art)
+    art, chunk = _parse_artifact(artifact)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        existing = get_task_store().artifact(task, art.artifact_id)
-        if append and existing is not None:
-            if existing.complete:
-                raise InvalidPayload("artifact", "its last chunk was already added")
-            existing.parts = existing.parts + chunk["parts"]
-            existing.chunks += 1
-            existing.complete = last_chunk
+        _add_artifact(task, art, chunk, append=append, last_chunk=last_chunk)
+    return task
+
+
+def _parse_artifact(
+    artifact: dict[str, Any] | a2a_pb2.Artifact,
+) -> tuple[a2a_pb2.Artifact, dict[str, Any]]:
+    if isinstance(artifact, a2a_pb2.Artifact):
+        artifact = wire.to_json(artifact)
+    art = wire.parse_artifact(artifact)
+    return art, wire.to_json(art)
+
+
+def _add_artifact(
+    task: Task, art: a2a_pb2.Artifact, chunk: dict[str, Any], *, append: bool, last_chunk: bool
+) -> None:
+    """The artifact (or chunk) of a locked, non-terminal task, and its event."""
+    existing = get_task_store().artifact(task, art.artifact_id)
+    if append and existing is not None:
+        if existing.complete:
+            raise InvalidPayload("artifact", "its last chunk was already added")
+        existing.parts = existing.parts + chunk["parts"]
+        existing.chunks += 1
+        existing.complete = last_chunk
+    else:
+        existing = existing or Artifact(task=task, artifact_id=art.artifact_id)
+        existing.name = art.name
+        existing.description = art.description
+        existing.parts = chunk["parts"]
+        existing.metadata = chunk.get("metadata", {})
+        existing.extensions = list(art.extensions)
+        existing.complete = last_chunk
+        existing.chunks = 1
+    get_task_store().save_artifact(existing)
+    _append_event(
+        task,
+        EventKind.ARTIFACT,
+        wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
+    )
+
+
+def task_answer(
+    *,
+    task_id: object,
+    artifact: dict[str, Any] | a2a_pb2.Artifact,
+    to_state: TaskState | str = TaskState.COMPLETED,
+    message: MessageInput | str | None = None,
+) -> Task:
+    """An executor's whole answer in one transaction, the task locked once: WORKING if the
+    task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
+    holds a complete artifact of that id (a run resumed after a crash: not sent again), then
+    `to_state` with an optional agent status message. The same events as task_transition,
+    task_add_artifact and task_transition in turn; all of them or none commit, so a run
+    killed midway leaves the task as it found it.
+
+    Raises TaskTerminal when the task finished meanwhile, IllegalTransition as
+    task_transition does, TaskNotFound.
+    """
+    to_state = TaskState(to_state)
+    art, chunk = _parse_artifact(artifact)
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.task_state in TERMINAL_STATES:
+            raise TaskTerminal(task.id, task.state)
+        if task.task_state == TaskState.SUBMITTED:
+            # Nothing was answered yet: no artifact of this run can exist.
+            _set_status(task, TaskState.WORKING, None)
+            done = None
         else:
-            existing = existing or Artifact(task=task, artifact_id=art.artifact_id)
-            existing.name = art.name
-            existing.description = art.description
-            existing.parts = chunk["parts"]
-            existing.metadata = chunk.get("metadata", {})
-            existing.extensions = list(art.extensions)
-            existing.complete = last_chunk
-            existing.chunks = 1
-        get_task_store().save_artifact(existing)
-        _append_event(
-            task,
-            EventKind.ARTIFACT,
-            wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
-        )
+            done = get_task_store().artifact(task, art.artifact_id)
+        if done is None or not done.complete:
+            _add_artifact(task, art, chunk, append=False, last_chunk=True)
+        _set_status(task, to_state, _agent_status_message(task, message))
+    logger.info(
+        "task answered",
+        extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
+    )
     return task
 
 

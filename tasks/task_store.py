@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from django.conf import settings
@@ -30,8 +32,18 @@ from django.db import IntegrityError, connection, models, transaction
 
 from a2a_platform.lib.sql import columns, from_row, run_prepared
 from agents.models import Agent
-from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
+from tasks.models import (
+    Artifact,
+    DispatchState,
+    EventKind,
+    ExecutorDispatch,
+    Message,
+    MessageReceipt,
+    Task,
+    TaskEvent,
+)
 from tasks.notify import CHANNEL, notify_task_event
+from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES
 
 # The task fields a lifecycle write may change (the rest are set when the task opens).
 LIFECYCLE_FIELDS = (
@@ -42,6 +54,26 @@ LIFECYCLE_FIELDS = (
     "last_seq",
     "updated_at",
 )
+
+
+@dataclass(frozen=True)
+class DispatchClaimRow:
+    """What `claim_dispatch` did to one dispatch row."""
+
+    claimed: bool  # False: its task was terminal, the dispatch is DONE
+    task_id: uuid.UUID
+    progress: dict
+    lease_expires_at: datetime | None
+    executor: str  # the task's agent's executor
+
+
+@dataclass(frozen=True)
+class DispatchRelease:
+    """What `release_dispatch` did: "again", "input" or "done", and the agent's executor."""
+
+    outcome: str
+    task_id: uuid.UUID
+    executor: str
 
 
 class TaskStore(Protocol):
@@ -93,6 +125,32 @@ class TaskStore(Protocol):
     def append_event(self, task: Task, event: TaskEvent) -> None:
         """Insert the event (it gets its pk), write the task row's LIFECYCLE_FIELDS as they
         are on `task` (updated_at stamped), and queue the event hub's NOTIFY for commit."""
+        ...
+
+    def claim_dispatch(
+        self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
+    ) -> DispatchClaimRow | None:
+        """Claim a pending, due dispatch for `worker` until `lease_until`, locking (and
+        skipping when another transaction holds it) only the dispatch row. A dispatch whose
+        task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
+        not yet due, or locked."""
+        ...
+
+    def release_dispatch(
+        self,
+        dispatch_id: int,
+        worker: str,
+        *,
+        progress: dict | None,
+        again_at: datetime | None,
+        now: datetime,
+    ) -> DispatchRelease | None:
+        """Release `worker`'s claim: the task row locked first, then the dispatch (the
+        lifecycle services' lock order). Pending again at `again_at` when it is given and the
+        task is not terminal ("again"); pending now when the task waits for input and a client
+        message came after its latest status change ("input"); else DONE ("done"). Both
+        pending outcomes set `enqueues` to 1 (the caller publishes the job). `progress`
+        None keeps the stored progress. None: the task or the held claim is gone."""
         ...
 
 
@@ -221,6 +279,86 @@ def _append_event_sql(notify: bool) -> str:
     )
 
 
+def _tables() -> dict[str, str]:
+    return {
+        "dispatch": ExecutorDispatch._meta.db_table,
+        "task": Task._meta.db_table,
+        "agent": Agent._meta.db_table,
+        "event": TaskEvent._meta.db_table,
+    }
+
+
+@functools.cache
+def _claim_dispatch_sql() -> str:
+    """Lock the due pending dispatch (skip locked, the dispatch row only), then claim it, or
+    mark it DONE when its task is terminal, in one statement."""
+    t = _tables()
+    return (
+        "WITH c AS ("
+        "SELECT d.id, a.executor, t.state = ANY(%(terminal)s) AS finished "
+        f"FROM {t['dispatch']} d JOIN {t['task']} t ON t.id = d.task_id "
+        f"JOIN {t['agent']} a ON a.id = t.agent_id "
+        "WHERE d.id = %(id)s AND d.state = %(pending)s AND d.not_before <= %(now)s "
+        "FOR UPDATE OF d SKIP LOCKED) "
+        f"UPDATE {t['dispatch']} x SET "
+        "state = CASE WHEN c.finished THEN %(done)s ELSE %(claimed)s END, "
+        "claims = CASE WHEN c.finished THEN x.claims ELSE x.claims + 1 END, "
+        "claimed_by = CASE WHEN c.finished THEN x.claimed_by ELSE %(worker)s END, "
+        "lease_expires_at = CASE WHEN c.finished THEN x.lease_expires_at ELSE %(lease)s END, "
+        "updated_at = %(now)s "
+        "FROM c WHERE x.id = c.id "
+        "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor"
+    )
+
+
+@functools.cache
+def _release_lock_sql() -> str:
+    """The released dispatch's task row, locked (before the dispatch: the services' order)."""
+    t = _tables()
+    return (
+        f"SELECT t.id, t.state, a.executor FROM {t['task']} t "
+        f"JOIN {t['agent']} a ON a.id = t.agent_id "
+        f"WHERE t.id = (SELECT task_id FROM {t['dispatch']} WHERE id = %(id)s) FOR UPDATE OF t"
+    )
+
+
+@functools.cache
+def _release_sql() -> str:
+    """The held claim's release. A statement of its own after the task lock: its snapshot
+    sees every client message committed before that lock was granted."""
+    t = _tables()
+    return (
+        "WITH s AS (SELECT CASE "
+        "WHEN %(again)s THEN 'again' "
+        "WHEN %(interrupted)s AND EXISTS ("
+        f"SELECT 1 FROM {t['event']} e WHERE e.task_id = %(task)s AND e.kind = %(message)s "
+        "AND e.payload -> 'message' ->> 'role' = 'ROLE_USER' AND e.seq > COALESCE(("
+        f"SELECT max(l.seq) FROM {t['event']} l "
+        "WHERE l.task_id = %(task)s AND l.kind = %(status)s), 0)"
+        ") THEN 'input' ELSE 'done' END AS outcome) "
+        f"UPDATE {t['dispatch']} d SET "
+        "progress = COALESCE(%(progress)s, d.progress), "
+        "lease_expires_at = NULL, "
+        "state = CASE WHEN s.outcome = 'done' THEN %(done)s ELSE %(pending)s END, "
+        "not_before = CASE s.outcome WHEN 'again' THEN %(again_at)s "
+        "WHEN 'input' THEN %(now)s ELSE d.not_before END, "
+        "enqueues = CASE WHEN s.outcome = 'done' THEN d.enqueues ELSE 1 END, "
+        "updated_at = %(now)s "
+        "FROM s WHERE d.id = %(id)s AND d.state = %(claimed)s AND d.claimed_by = %(worker)s "
+        "RETURNING s.outcome"
+    )
+
+
+_PROGRESS = ExecutorDispatch._meta.get_field("progress")
+_DISPATCH_STATES = {
+    "pending": DispatchState.PENDING.value,
+    "claimed": DispatchState.CLAIMED.value,
+    "done": DispatchState.DONE.value,
+}
+_TERMINAL = sorted(s.value for s in TERMINAL_STATES)
+_INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
+
+
 class PgTaskStore:
     """TaskStore as prepared SQL statements (PostgreSQL only)."""
 
@@ -290,6 +428,59 @@ class PgTaskStore:
         ((pk, *_),) = run_prepared(_append_event_sql(self._notify), params)
         _saved(event, pk)
 
+    def claim_dispatch(
+        self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
+    ) -> DispatchClaimRow | None:
+        rows = run_prepared(
+            _claim_dispatch_sql(),
+            {
+                "id": dispatch_id,
+                "worker": worker[:255],
+                "now": now,
+                "lease": lease_until,
+                "terminal": _TERMINAL,
+                **_DISPATCH_STATES,
+            },
+        )
+        if not rows:
+            return None
+        claimed, task_id, progress, lease, executor = rows[0]
+        progress = _PROGRESS.from_db_value(progress, None, connection)
+        return DispatchClaimRow(claimed, task_id, progress, lease, executor)
+
+    def release_dispatch(
+        self,
+        dispatch_id: int,
+        worker: str,
+        *,
+        progress: dict | None,
+        again_at: datetime | None,
+        now: datetime,
+    ) -> DispatchRelease | None:
+        rows = run_prepared(_release_lock_sql(), {"id": dispatch_id})
+        if not rows:
+            return None
+        ((task_id, task_state, executor),) = rows
+        rows = run_prepared(
+            _release_sql(),
+            {
+                "id": dispatch_id,
+                "worker": worker[:255],
+                "task": task_id,
+                "again": again_at is not None and task_state not in _TERMINAL,
+                "again_at": again_at,
+                "interrupted": task_state in _INTERRUPTED,
+                "message": EventKind.MESSAGE.value,
+                "status": EventKind.STATUS.value,
+                "progress": None
+                if progress is None
+                else _PROGRESS.get_db_prep_save(progress, connection),
+                "now": now,
+                **_DISPATCH_STATES,
+            },
+        )
+        return DispatchRelease(rows[0][0], task_id, executor) if rows else None
+
 
 # --- any database (the ORM) ----------------------------------------------------------------
 
@@ -342,6 +533,101 @@ class OrmTaskStore:
         event.save(force_insert=True)
         task.save(update_fields=LIFECYCLE_FIELDS)
         notify_task_event(task.pk)
+
+    def claim_dispatch(
+        self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
+    ) -> DispatchClaimRow | None:
+        dispatch = (
+            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("task__agent")
+            .filter(pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now)
+            .first()
+        )
+        if dispatch is None:
+            return None
+        executor = dispatch.task.agent.executor
+        if dispatch.task.task_state in TERMINAL_STATES:
+            dispatch.state = DispatchState.DONE
+            dispatch.save(update_fields=["state", "updated_at"])
+            return DispatchClaimRow(False, dispatch.task_id, dispatch.progress, None, executor)
+        dispatch.state = DispatchState.CLAIMED
+        dispatch.claims += 1
+        dispatch.claimed_by = worker[:255]
+        dispatch.lease_expires_at = lease_until
+        dispatch.save(
+            update_fields=["state", "claims", "claimed_by", "lease_expires_at", "updated_at"]
+        )
+        return DispatchClaimRow(True, dispatch.task_id, dispatch.progress, lease_until, executor)
+
+    def release_dispatch(
+        self,
+        dispatch_id: int,
+        worker: str,
+        *,
+        progress: dict | None,
+        again_at: datetime | None,
+        now: datetime,
+    ) -> DispatchRelease | None:
+        task_id = (
+            ExecutorDispatch.objects.filter(pk=dispatch_id)
+            .values_list("task_id", flat=True)
+            .first()
+        )
+        task = self.lock(task_id) if task_id is not None else None
+        if task is None:
+            return None
+        dispatch = (
+            ExecutorDispatch.objects.select_for_update()
+            .filter(pk=dispatch_id, state=DispatchState.CLAIMED, claimed_by=worker[:255])
+            .first()
+        )
+        if dispatch is None:
+            return None
+        if progress is not None:
+            dispatch.progress = progress
+        dispatch.lease_expires_at = None
+        if again_at is not None and task.task_state not in TERMINAL_STATES:
+            outcome = "again"
+            dispatch.not_before = again_at
+        elif _client_input_pending(task):
+            outcome = "input"
+            dispatch.not_before = now
+        else:
+            outcome = "done"
+        if outcome == "done":
+            dispatch.state = DispatchState.DONE
+        else:
+            dispatch.state = DispatchState.PENDING
+            dispatch.enqueues = 1
+        dispatch.save(
+            update_fields=[
+                "progress",
+                "lease_expires_at",
+                "state",
+                "not_before",
+                "enqueues",
+                "updated_at",
+            ]
+        )
+        return DispatchRelease(outcome, task.pk, task.agent.executor)
+
+
+def _client_input_pending(task: Task) -> bool:
+    """The task waits for input, yet a client message came after its latest status change."""
+    if task.task_state not in INTERRUPTED_STATES:
+        return False
+    last_status = (
+        TaskEvent.objects.filter(task=task, kind=EventKind.STATUS)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return TaskEvent.objects.filter(
+        task=task,
+        kind=EventKind.MESSAGE,
+        seq__gt=last_status or 0,
+        payload__message__role="ROLE_USER",
+    ).exists()
 
 
 _PG = PgTaskStore()

@@ -78,6 +78,23 @@ class ExecutorContext:
     def finish(self, state: TaskState, text: str | None = None) -> None:
         services.task_transition(task_id=self.task_id, to_state=state, message=text)
 
+    def answer(
+        self,
+        parts: list[dict[str, Any]],
+        *,
+        artifact_id: str,
+        name: str = "",
+        state: TaskState = TaskState.COMPLETED,
+        text: str | None = None,
+    ) -> None:
+        """WORKING (if still SUBMITTED), one complete artifact (unless a complete one of this
+        id is committed: a resumed run), then `state`: one transaction
+        (services.task_answer)."""
+        data: dict[str, Any] = {"artifactId": artifact_id, "parts": parts}
+        if name:
+            data["name"] = name
+        services.task_answer(task_id=self.task_id, artifact=data, to_state=state, message=text)
+
     def reply(self, text: str) -> None:
         services.task_reply_with_message(task_id=self.task_id, message=text)
 

@@ -1,13 +1,15 @@
 """`echo`: answers with an artifact echoing the input, then completes.
 
-Run again after a crash, it resumes: the echo artifact is sent once (its id is fixed, and a
-committed one is not sent again), then the task completes.
+WORKING, the artifact and COMPLETED are one transaction (ExecutorContext.answer), so a run
+killed midway committed nothing of its answer. Run again after a crash, it resumes: the echo
+artifact is sent once (its id is fixed, and a committed one is not sent again, e.g. one an
+earlier version of this executor committed in a transaction of its own), then the task
+completes.
 """
 
 from __future__ import annotations
 
 from tasks.executors.base import ExecutorContext, RunAgain
-from tasks.states import TaskState
 
 ECHO_ARTIFACT_ID = "echo"
 
@@ -25,9 +27,5 @@ def echo_once(ctx: ExecutorContext) -> None:
 
 
 def run(ctx: ExecutorContext) -> RunAgain | None:
-    task = ctx.task()
-    if task.state == TaskState.SUBMITTED:
-        ctx.working()
-    echo_once(ctx)
-    ctx.finish(TaskState.COMPLETED)
+    ctx.answer(echo_parts(ctx), artifact_id=ECHO_ARTIFACT_ID, name="echo")
     return None

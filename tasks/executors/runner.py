@@ -22,7 +22,6 @@ from tasks.dispatch import dispatch_claim, dispatch_finish, dispatch_renew
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor
 from tasks.executors.base import ExecutorContext, RunAgain
-from tasks.models import Task
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
 
@@ -93,8 +92,7 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
         )
 
     try:
-        task = Task.objects.select_related("agent").get(pk=claim.task_id)
-        executor = get_executor(task.agent.executor)
+        executor = get_executor(claim.executor)
         if executor is None:
             logger.error("agent has no built-in executor", extra=extra)
             release()
