@@ -19,8 +19,10 @@ VIEWED = [
     ("agents", "workerheartbeat"),
     ("tasks", "task"),
     ("webhooks", "delivery"),
+    ("webhooks", "deliveryattempt"),  # a delivery's attempt timeline (an inline)
     ("webhooks", "endpoint"),
     ("webhooks", "pushconfig"),
+    ("webhooks", "pushbinding"),  # a push config's versions (an inline)
     ("webhooks", "alert"),
     ("webhooks", "operatoraction"),
     ("webhooks", "rebind"),
