@@ -1,7 +1,7 @@
 """The rebind console in a real browser (Debian's chromium through Playwright, as
 tests/e2e/test_admin.py): start a drain through the wizard (form, then the confirmation with
 its checks and blast radius, then the rebind's page), then abort it from the list. A
-full-page screenshot of each step is saved under the test's tmp dir.
+full-page screenshot of each step is saved in the `artifacts` directory (var/test-artifacts/e2e/).
 
 DNS is the edge we do not own: the wizard's SSRF check resolves example.org names to a
 public address here (the live server runs in this process)."""
@@ -34,7 +34,7 @@ def console_data(transactional_db, monkeypatch):
     return agent
 
 
-def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp_path):  # noqa: F811
+def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, artifacts):  # noqa: F811
     log_in(page)
     page.goto("/admin/webhooks/rebind/")
     page.get_by_role("link", name="Start a rebind").click()
@@ -43,7 +43,7 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp
     page.fill("#id_move_from", V1)
     page.fill("#id_move_to", V2)
     page.fill("#id_deadline", "1h")
-    page.screenshot(path=str(tmp_path / "rebind-start.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "rebind-start.png"), full_page=True)
     page.click("input[name=preview]")
 
     summary = page.locator("#rebind-summary").inner_text()
@@ -51,7 +51,7 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp
     assert "https://client.example.org:443" in summary
     assert "No open rebind over this scope" in page.locator("#rebind-checks").inner_text()
     assert page.locator("#rebind-tasks tbody tr").count() == 2
-    page.screenshot(path=str(tmp_path / "rebind-confirm.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "rebind-confirm.png"), full_page=True)
     page.click("#rebind-confirm")
 
     page.wait_for_selector("div.form-row.field-state")
@@ -59,7 +59,7 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp
     assert "draining" in page.locator("div.form-row.field-state").inner_text()
     moves = page.locator("#moves-group td.field-state").all_inner_texts()
     assert moves == ["notice pending on the old channel"] * 2
-    page.screenshot(path=str(tmp_path / "rebind-page.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "rebind-page.png"), full_page=True)
 
     page.goto("/admin/webhooks/rebind/")
     page.check("#result_list tbody input.action-select")
@@ -67,5 +67,5 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, tmp
     page.click("button[name=index]")
     assert ": aborted" in page.locator("ul.messagelist").inner_text()
     assert "aborted" in page.locator("#result_list tbody td.field-state").inner_text()
-    page.screenshot(path=str(tmp_path / "rebind-aborted.png"), full_page=True)
-    assert all((tmp_path / f"rebind-{n}.png").stat().st_size > 0 for n in ("start", "aborted"))
+    page.screenshot(path=str(artifacts / "rebind-aborted.png"), full_page=True)
+    assert all((artifacts / f"rebind-{n}.png").stat().st_size > 0 for n in ("start", "aborted"))
