@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from a2a_platform.api import selectors
 from a2a_platform.api.errors import invalid, not_found
 from a2a_platform.api.rebinds import RebindSerializer
+from a2a_platform.api.resources import StrictBooleanFilter
 from a2a_platform.api.views import ApiListView, ApiView
 from agents import readiness
 from agents.models import (
@@ -142,7 +143,7 @@ class AgentCreateSerializer(AgentWriteSerializer):
 
 class AgentFilter(django_filters.FilterSet):
     executor = django_filters.ChoiceFilter(choices=Executor.choices)
-    enabled = django_filters.BooleanFilter()
+    enabled = StrictBooleanFilter()
     authMode = django_filters.ChoiceFilter(field_name="auth_mode", choices=AuthMode.choices)
 
     class Meta:
@@ -230,9 +231,7 @@ class ApiKeyCreateSerializer(serializers.Serializer):
 
 class ApiKeyFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=ApiKeyKind.choices)
-    revoked = django_filters.BooleanFilter(
-        field_name="revoked_at", lookup_expr="isnull", exclude=True
-    )
+    revoked = StrictBooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
 
     class Meta:
         model = ApiKey
