@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.permissions import has_scoped_perm
+from a2a_platform.api.resources import StrictBooleanFilter
 from a2a_platform.api.views import ApiListView, ApiView
 from webhooks import dashboard
 from webhooks.models import Alert, AlertKind, Endpoint
@@ -43,7 +44,7 @@ class AlertSerializer(serializers.ModelSerializer):
 
 
 class AlertFilter(django_filters.FilterSet):
-    open = django_filters.BooleanFilter(field_name="resolved_at", lookup_expr="isnull")
+    open = StrictBooleanFilter(field_name="resolved_at", lookup_expr="isnull")
     kind = django_filters.ChoiceFilter(choices=AlertKind.choices)
     agent = django_filters.CharFilter(method="of_agent", max_length=64)
 
