@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from a2a_platform.api import selectors
 from a2a_platform.api.errors import invalid, not_found
 from a2a_platform.api.models import ApiToken, TokenScope
+from a2a_platform.api.resources import StrictBooleanFilter
 from a2a_platform.api.services import api_token_create, api_token_revoke
 from a2a_platform.api.views import ApiListView, ApiView
 
@@ -59,9 +60,7 @@ class TokenCreateSerializer(serializers.Serializer):
 
 class TokenFilter(django_filters.FilterSet):
     scope = django_filters.ChoiceFilter(choices=TokenScope.choices)
-    revoked = django_filters.BooleanFilter(
-        field_name="revoked_at", lookup_expr="isnull", exclude=True
-    )
+    revoked = StrictBooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
     user = django_filters.CharFilter(field_name="user__username", max_length=150)
 
     class Meta:
