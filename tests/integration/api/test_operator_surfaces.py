@@ -8,6 +8,7 @@ import pytest
 
 from agents.models import Agent
 from tests.api_tokens import bearer, token_for, user_with
+from tests.factories import AgentFactory
 from tests.integration.api.live_api import _live_api, live_api  # noqa: F401 (fixtures)
 
 AGENT_PERMS = ("view_agent", "add_agent", "change_agent", "view_apikey", "add_apikey")
@@ -38,3 +39,37 @@ def test_a_disabled_agent_is_still_read_and_enabled_again_through_the_api(live_a
     on = live_api.patch("/api/v1/agents/qa-off", json={"enabled": True}, headers=write)
     assert on.status_code == 200, on.text
     assert Agent.objects.get(slug="qa-off").enabled is True
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/api/v1/agents/", "enabled"),
+        ("/api/v1/agents/qa-keys/keys/", "revoked"),
+        ("/api/v1/alerts/", "open"),
+        ("/api/v1/tokens/", "revoked"),
+        ("/api/v1/endpoints/", "paused"),
+        ("/api/v1/tasks/", "orphaned"),
+    ],
+)
+def test_a_boolean_filter_other_than_true_or_false_is_a_400_naming_it(live_api, path, name):
+    """docs/api.md: a bad filter value is a 400 naming the filter (django-filter's own
+    BooleanFilter read `maybe` as "not given" and listed everything)."""
+    user = user_with(
+        "qa-reader",
+        "view_agent",
+        "view_apikey",
+        "view_alert",
+        "view_apitoken",
+        "view_endpoint",
+        "view_task",
+    )
+    read = bearer(token_for(user, "read"))
+    AgentFactory(slug="qa-keys")
+    for value in ("true", "false"):
+        assert live_api.get(path, params={name: value}, headers=read).status_code == 200
+    answer = live_api.get(path, params={name: "maybe"}, headers=read)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert name in error.get("fields", {}) or error.get("field") == name, error
