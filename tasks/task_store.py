@@ -30,7 +30,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, models, transaction
 
-from a2a_platform.lib.sql import columns, from_row, run_prepared
+from a2a_platform.lib.sql import columns, from_json_rows, from_row, run_prepared
 from agents.models import Agent
 from tasks.models import (
     Artifact,
@@ -108,6 +108,13 @@ class TaskStore(Protocol):
         """The task if it belongs to this agent and owner, else None (foreign = unknown)."""
         ...
 
+    def visible_snapshot(
+        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
+    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+        """`visible`, `history` (the newest `history_limit`, None all, 0 none) and `artifacts`
+        of the task together (one statement on PostgreSQL: GetTask's read), or None."""
+        ...
+
     def history(self, task: Task, limit: int | None) -> list[Message]:
         """The task's messages oldest first: all (None) or the newest `limit`; each message's
         `task` is `task` (no query to reach it)."""
@@ -178,6 +185,20 @@ def _artifact_sql() -> str:
 def _visible_sql() -> str:
     return (
         f"SELECT {columns(Task, 't')} FROM tasks_task t "
+        "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
+    )
+
+
+@functools.cache
+def _visible_snapshot_sql() -> str:
+    return (
+        f"SELECT {columns(Task, 't')}, "
+        f"(SELECT json_agg(json_build_array({columns(Message, 'h')}) ORDER BY h.id) FROM ("
+        "SELECT * FROM tasks_message m WHERE m.task_id = t.id "
+        "ORDER BY m.id DESC LIMIT %(limit)s) h), "
+        f"(SELECT json_agg(json_build_array({columns(Artifact, 'x')}) ORDER BY x.id) "
+        "FROM tasks_artifact x WHERE x.task_id = t.id) "
+        "FROM tasks_task t "
         "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
     )
 
@@ -401,6 +422,22 @@ class PgTaskStore:
         rows = run_prepared(_visible_sql(), {"task": task_pk, "agent": agent_pk, "owner": owner})
         return from_row(Task, rows[0]) if rows else None
 
+    def visible_snapshot(
+        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
+    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+        rows = run_prepared(
+            _visible_snapshot_sql(),
+            {"task": task_pk, "agent": agent_pk, "owner": owner, "limit": history_limit},
+        )
+        if not rows:
+            return None
+        *values, history, artifacts = rows[0]
+        task = from_row(Task, values)
+        messages = from_json_rows(Message, history)
+        for message in messages:
+            message.task = task
+        return task, messages, from_json_rows(Artifact, artifacts)
+
     def history(self, task: Task, limit: int | None) -> list[Message]:
         rows = run_prepared(_history_sql(), {"task": task.pk, "limit": limit})
         messages = [from_row(Message, row) for row in reversed(rows)]
@@ -515,6 +552,15 @@ class OrmTaskStore:
 
     def visible(self, agent_pk: int, owner: str, task_pk: uuid.UUID) -> Task | None:
         return Task.objects.filter(pk=task_pk, agent_id=agent_pk, owner=owner).first()
+
+    def visible_snapshot(
+        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
+    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+        task = self.visible(agent_pk, owner, task_pk)
+        if task is None:
+            return None
+        history = self.history(task, history_limit) if history_limit != 0 else []
+        return task, history, self.artifacts(task)
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
         newest = task.messages.order_by("-id")

@@ -7,7 +7,10 @@ twin for the embedded SQLite database.
 
 from __future__ import annotations
 
-from typing import TypeVar
+import json
+import uuid
+from datetime import datetime
+from typing import Any, TypeVar
 
 from django.db import connection, models
 
@@ -42,3 +45,34 @@ def from_row(model: type[M], values: tuple) -> M:
         for f, value in zip(fields, values, strict=True)
     ]
     return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def from_json_rows(model: type[M], rows: object) -> list[M]:
+    """Model instances from a `json_agg(json_build_array(columns(model, ...)))` value (text,
+    or None for no rows): JSON columns are already values, timestamps and UUIDs are parsed
+    back from their JSON text."""
+    if rows is None:
+        return []
+    if isinstance(rows, str):
+        rows = json.loads(rows)
+    fields = model._meta.concrete_fields
+    attnames = [f.attname for f in fields]
+    return [
+        model.from_db(
+            connection.alias,
+            attnames,
+            [_from_json(f, value) for f, value in zip(fields, values, strict=True)],
+        )
+        for values in rows
+    ]
+
+
+def _from_json(field: models.Field, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = (field.target_field if field.is_relation else field).get_internal_type()
+    if kind == "DateTimeField":
+        return datetime.fromisoformat(value)
+    if kind == "UUIDField":
+        return uuid.UUID(value)
+    return value
