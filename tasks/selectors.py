@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
@@ -30,6 +30,17 @@ def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None
     if pk is None:
         return None
     return get_task_store().visible(agent_id, owner, pk)
+
+
+def task_snapshot_for_owner(
+    *, agent_id: int, owner: str, task_id: object, history_length: int | None
+) -> tuple[Task, list[Message], list[Artifact]] | None:
+    """task_for_owner with its history (None all, 0 none, N newest N) and artifacts, read
+    together (GetTask: one statement on PostgreSQL); None for unknown and foreign ids."""
+    pk = _uuid(task_id)
+    if pk is None:
+        return None
+    return get_task_store().visible_snapshot(agent_id, owner, pk, history_length)
 
 
 def task_history(task: Task, history_length: int | None) -> list[Message]:
@@ -185,10 +196,8 @@ def task_list(
         qs = qs.filter(state=state)
     if context_id is not None:
         qs = qs.filter(context_id=context_id)
-    if orphaned is True:
-        qs = qs.filter(task_orphaned_q())
-    elif orphaned is False:
-        qs = qs.exclude(task_orphaned_q())
+    if orphaned is True or orphaned is False:
+        qs = qs.filter(orphaned=orphaned)
     if updated_since is not None:
         qs = qs.filter(updated_at__gte=updated_since)
     tie = "-id" if ordering.startswith("-") else "id"
@@ -205,5 +214,12 @@ def task_read(task_id: object) -> Task | None:
 
 
 def _with_orphaned(qs: QuerySet[Task]) -> QuerySet[Task]:
-    """Each task annotated `orphaned` (bool) by the one definition, task_orphaned_q."""
-    return qs.annotate(orphaned=ExpressionWrapper(task_orphaned_q(), output_field=BooleanField()))
+    """Each task annotated `orphaned`, True or False, by the one definition, task_orphaned_q.
+    A CASE, not the lookup itself: the lookup is NULL on a task whose metadata has no such key
+    (most tasks), on both stores, and NOT NULL is NULL too (`exclude` listed no task)."""
+    orphaned = Case(
+        When(task_orphaned_q(), then=Value(True)),
+        default=Value(False),
+        output_field=BooleanField(),
+    )
+    return qs.annotate(orphaned=orphaned)
