@@ -16,6 +16,8 @@ import contextlib
 import logging
 import weakref
 from collections import defaultdict
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import connections
@@ -27,6 +29,8 @@ from tasks.notify import CHANNEL
 logger = logging.getLogger(__name__)
 
 RECONNECT_DELAY_SECONDS = 1.0
+
+T = TypeVar("T")
 
 
 class EventHub:
@@ -97,6 +101,29 @@ class EventHub:
             except TimeoutError:
                 return False
             return True
+        finally:
+            self.unsubscribe(task_id, fut)
+
+    async def read_then_wait(
+        self,
+        task_id: object,
+        read: Callable[[], T],
+        *,
+        enough: Callable[[T], bool],
+        timeout: float,
+    ) -> T:
+        """Subscribe to the task, then `read` the store (an ORM call); unless `enough(value)`,
+        wait up to `timeout` for the task's next wake-up. Returns the value read. One store
+        read per wake-up: registered before the read, the waiter misses no event committed
+        after it (the caller reads again after a wake-up, which may be spurious)."""
+        await self.start()
+        fut = self.subscribe(task_id)
+        try:
+            value = await run_orm(read)
+            if not enough(value) and timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), timeout)
+            return value
         finally:
             self.unsubscribe(task_id, fut)
 

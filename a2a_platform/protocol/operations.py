@@ -34,6 +34,7 @@ from a2a_platform.protocol.common import (
 )
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
 from a2a_platform.protocol.errors import (
+    TASK_NOT_FOUND,
     UNAUTHENTICATED,
     UNSUPPORTED_OPERATION,
     ProtocolError,
@@ -91,17 +92,20 @@ async def wait_until_settled(
     deadline = time.monotonic() + max_wait
     hub = get_hub()
 
+    def settled(row: tuple[str, int, bool] | None) -> bool:
+        return row is None or (row[2] and TaskState(row[0]) in SETTLED_STATES)
+
     while True:
-        row = await run_orm(lambda: selectors.task_settled_since(task_id, after_seq))
-        if row is None:
-            return
-        state, last_seq, moved = row
-        if moved and TaskState(state) in SETTLED_STATES:
-            return
+        # One read per wake-up: the hub subscribes before it reads (tasks/event_hub.py).
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        row = await hub.read_then_wait(
+            task_id,
+            lambda: selectors.task_settled_since(task_id, after_seq),
+            enough=settled,
+            timeout=remaining,
+        )
+        if settled(row) or remaining <= 0:
             return
-        await hub.wait_for_task_event(task_id, last_seq, remaining)
 
 
 # --- Tasks ---------------------------------------------------------------------------------
@@ -112,7 +116,21 @@ async def get_task(ctx: Ctx, params: Params) -> dict:
     if not req.id:
         raise invalid_params("id", "is required")
     history_length = parse_history_length(req)
-    return await orm(lambda: snapshot(visible_task(ctx, req.id), history_length=history_length))
+
+    def read() -> dict:
+        # The task, its history and artifacts in one read (not visible_task + snapshot).
+        found = selectors.task_snapshot_for_owner(
+            agent_id=ctx.agent.pk,
+            owner=ctx.principal,
+            task_id=req.id,
+            history_length=history_length,
+        )
+        if found is None:
+            raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": req.id[:100]})
+        task, history, artifacts = found
+        return wire.task_json(task, history=history, artifacts=artifacts)
+
+    return await orm(read)
 
 
 async def cancel_task(ctx: Ctx, params: Params) -> dict:
