@@ -20,6 +20,11 @@ PG = os.environ.get("A2A_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 BROKER = os.environ.get("A2A_BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 
 
+# The benches' default agent: the echo executor, served at the root.
+ECHO_AGENT = ("create_agent", "bench", "--name", "Bench", "--description", "bench")
+ECHO_AGENT += ("--executor", "echo", "--default")
+
+
 def fresh_database(name: str) -> str:
     import psycopg
 

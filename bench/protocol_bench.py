@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Procs, free_port, fresh_database, manage, purge_broker  # noqa: E402
+from common import ECHO_AGENT, Procs, free_port, fresh_database, manage, purge_broker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
@@ -116,18 +116,7 @@ def main() -> None:
         sys.exit("wrk is needed: apt-get install wrk")
 
     db = fresh_database("a2a_bench")
-    manage(
-        db,
-        "create_agent",
-        "bench",
-        "--name",
-        "Bench",
-        "--description",
-        "bench",
-        "--executor",
-        "echo",
-        "--default",
-    )
+    manage(db, *ECHO_AGENT)
     token = manage(db, "create_api_key", "bench", "--name", "bench").splitlines()[-1]
     auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
     purge_broker()

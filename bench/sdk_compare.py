@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from common import ROOT, Procs, free_port, platform_env, purge_broker  # noqa: E402
+from common import ECHO_AGENT, ROOT, Procs, free_port, platform_env, purge_broker  # noqa: E402
 from protocol_bench import _ms, drain_queue, wait_ready  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -213,17 +213,7 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             with psycopg.connect(db, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION pg_stat_statements")
         run_manage = functools.partial(manage_as, env, server_cpu)
-        run_manage(
-            "create_agent",
-            "bench",
-            "--name",
-            "Bench",
-            "--description",
-            "bench",
-            "--executor",
-            "echo",
-            "--default",
-        )
+        run_manage(*ECHO_AGENT)
         token = run_manage("create_api_key", "bench", "--name", "bench").splitlines()[-1]
         purge_broker()
         procs = Procs(prefix=pinned(server_cpu), env=env)
@@ -244,16 +234,7 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             drain_queue(db)
             before = completed_tasks(db)
             started = time.monotonic()
-            measure(
-                "SendMessage (load for the executor)",
-                f"{base}/message:send",
-                args,
-                cpu=load_cpu,
-                roles=roles,
-                script=SEND,
-                A2A_TOKEN=token,
-                A2A_BLOCKING="0",
-            )
+            executor_load(args, base, load_cpu, roles, token=token)
             drain_queue(db, timeout=600)
             done = completed_tasks(db) - before
             rate = done / (time.monotonic() - started)
@@ -339,6 +320,20 @@ def common_figures(
     return figures
 
 
+def executor_load(args, base: str, load_cpu: int | None, roles: dict[str, int], **kw) -> None:
+    """A returnImmediately run whose tasks the executor then completes (counted by the caller)."""
+    measure(
+        "SendMessage (load for the executor)",
+        f"{base}/message:send",
+        args,
+        cpu=load_cpu,
+        roles=roles,
+        script=SEND,
+        A2A_BLOCKING="0",
+        **_token(kw),
+    )
+
+
 def _auth(kw: dict) -> dict:
     return {"Authorization": f"Bearer {kw['A2A_TOKEN']}"} if "A2A_TOKEN" in kw else {}
 
@@ -370,15 +365,7 @@ def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> d
         results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu, roles)
         before = _sdk_completed(proc, log)
         started = time.monotonic()
-        measure(
-            "SendMessage (load for the executor)",
-            f"{base}/message:send",
-            args,
-            cpu=load_cpu,
-            roles=roles,
-            script=SEND,
-            A2A_BLOCKING="0",
-        )
+        executor_load(args, base, load_cpu, roles)
         done = _sdk_completed(proc, log) - before
         rate = done / (time.monotonic() - started)
         print(f"  echo tasks completed /s          {rate:>8.0f} (in-process, {done} tasks)")
