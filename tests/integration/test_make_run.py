@@ -178,9 +178,12 @@ def test_make_run_serves_streams_executes_and_delivers_on_the_embedded_defaults(
         listed = httpx.get(f"{base}/api/v1/tasks/", headers=auth, timeout=10)
         assert listed.status_code == 200, listed.text
         assert [t["id"] for t in listed.json()["results"]] == [task_id]
+        assert listed.json()["results"][0]["orphaned"] is False  # a boolean, as documented
         orphaned = httpx.get(f"{base}/api/v1/tasks/?orphaned=true", headers=auth, timeout=10)
         assert orphaned.status_code == 200, orphaned.text
         assert orphaned.json()["results"] == []
+        kept = httpx.get(f"{base}/api/v1/tasks/?orphaned=false", headers=auth, timeout=10)
+        assert [t["id"] for t in kept.json()["results"]] == [task_id]
         with httpx.Client(base_url=base, timeout=10) as admin:
             admin.get("/admin/login/")
             login = admin.post(

@@ -100,7 +100,9 @@ def test_tasks_filter_by_agent_state_context_orphaned_and_updated_since(store, t
     by_context = _ids(api.get("/api/v1/tasks/", params={"contextId": "ctx-1"}))
     assert sorted(by_context) == sorted([store["working"], store["done"]])
     assert _ids(api.get("/api/v1/tasks/", params={"orphaned": "true"})) == [store["orphan"]]
-    assert store["orphan"] not in _ids(api.get("/api/v1/tasks/", params={"orphaned": "false"}))
+    # every other task, with or without push channels (no mark at all is not orphaned)
+    not_orphaned = _ids(api.get("/api/v1/tasks/", params={"orphaned": "false"}))
+    assert sorted(not_orphaned) == sorted(store[k] for k in ("wired", "working", "done", "beta"))
     # A task written to after a moment is listed from then on; the others are not.
     moment = dt.datetime.now(dt.UTC)
     assert _ids(api.get("/api/v1/tasks/", params={"updatedSince": moment.isoformat()})) == []
@@ -116,6 +118,10 @@ def test_a_list_row_says_what_the_task_is(store, tokens):
     rows = {t["id"]: t for t in api.get("/api/v1/tasks/").json()["results"]}
     row = rows[store["orphan"]]
     assert (row["agent"], row["state"], row["orphaned"]) == ("alpha", "TASK_STATE_WORKING", True)
+    # a boolean on every row, as the schema says (the others are not orphaned)
+    others = ("wired", "working", "done", "beta")
+    assert {k: rows[store[k]]["orphaned"] for k in others} == dict.fromkeys(others, False)
+    assert api.get(f"/api/v1/tasks/{store['beta']}").json()["orphaned"] is False
     assert rows[store["wired"]]["owner"] != "anonymous"  # the API key's principal opened it
     assert rows[store["done"]]["contextId"] == "ctx-1"
 
