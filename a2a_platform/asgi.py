@@ -1,7 +1,9 @@
 """ASGI entry point: Django, behind a small router that owns the lifespan.
 
 At startup the router starts this process's event hub (so readiness can report it and the
-first waiter does not pay for the connection); at shutdown it stops it. The A2A wire surface
+first waiter does not pay for the connection) and its heartbeat for the operators' dashboard
+(its readiness, written every A2A_WEB_HEARTBEAT_SECONDS: agents.WebInstance); at shutdown it
+stops both. The A2A wire surface
 (a2a_platform/protocol) is served here beside Django, so a blocking SendMessage or an SSE
 stream holds neither a thread nor a database connection while it waits; everything else
 (admin, REST API, health) is Django. On SIGTERM (and at lifespan shutdown) open streams are
@@ -46,9 +48,43 @@ def _drain_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
+async def _heartbeat(name: str, started_at) -> None:
+    """This instance's readiness, written for the dashboard until the process stops. A beat
+    the database refuses (an outage) is skipped: the row goes stale, which the dashboard
+    shows, and the next beat after the outage writes it again."""
+    import asyncio
+
+    from django.conf import settings
+
+    from a2a_platform.lib.orm import run_orm
+    from agents import readiness
+
+    failing = False
+    while True:
+        try:
+            await run_orm(
+                lambda: readiness.web_instance_beat(
+                    name=name, started_at=started_at, state=readiness.current()
+                )
+            )
+            failing = False
+        except Exception:
+            if not failing:  # once per outage, not every beat
+                logger.warning("web heartbeat not written; trying again", exc_info=True)
+            failing = True
+        await asyncio.sleep(settings.A2A_WEB_HEARTBEAT_SECONDS)
+
+
 async def _lifespan(receive, send) -> None:
+    import asyncio
+    import socket
+
+    from django.utils import timezone
+
     from a2a_platform.protocol import sse
     from tasks.event_hub import get_hub
+
+    heartbeat = None
 
     while True:
         message = await receive()
@@ -64,9 +100,15 @@ async def _lifespan(receive, send) -> None:
                 sse.install_signal_hooks()
             with contextlib.suppress(ValueError):
                 _drain_on_sigterm()
+            name = f"{socket.gethostname()}:{os.getpid()}"
+            heartbeat = asyncio.create_task(_heartbeat(name, timezone.now()))
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             sse.begin_shutdown()  # servers that do not wait for open responses first
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
             await get_hub().stop()
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -371,5 +371,9 @@ A2A_HEARTBEAT_INTERVAL_SECONDS = env.int("A2A_HEARTBEAT_INTERVAL_SECONDS", defau
 # A worker whose last heartbeat is older than this is not live.
 A2A_HEARTBEAT_FRESH_SECONDS = env.int("A2A_HEARTBEAT_FRESH_SECONDS", default=20)
 A2A_READINESS_CACHE_SECONDS = env.float("A2A_READINESS_CACHE_SECONDS", default=1.0)
+# Each web process writes its readiness for the dashboard this often (agents.WebInstance);
+# an instance silent for 3 intervals shows as stale, for the forget delay it is dropped.
+A2A_WEB_HEARTBEAT_SECONDS = env.float("A2A_WEB_HEARTBEAT_SECONDS", default=5)
+A2A_WEB_INSTANCE_FORGET_SECONDS = env.int("A2A_WEB_INSTANCE_FORGET_SECONDS", default=3600)
 # On SIGTERM a web instance answers not-ready for this long before it stops accepting.
 A2A_SHUTDOWN_GRACE_SECONDS = env.float("A2A_SHUTDOWN_GRACE_SECONDS", default=5)

@@ -243,6 +243,26 @@ class WorkerHeartbeat(models.Model):
         return self.hostname
 
 
+class WebInstance(models.Model):
+    """A web process's own heartbeat, for the operators' dashboard: each process writes its
+    readiness here every A2A_WEB_HEARTBEAT_SECONDS (a2a_platform/asgi.py), so one dashboard
+    shows every instance behind the load balancer, not only the one that served the page.
+    Rows of instances gone for A2A_WEB_INSTANCE_FORGET_SECONDS are deleted by the beats."""
+
+    name = models.CharField(max_length=255, unique=True, help_text="host:pid")
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+    ready = models.BooleanField(default=False)
+    draining = models.BooleanField(default=False)
+    failing = models.JSONField(default=dict, blank=True, help_text="failing check: why")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class CardVersion(models.Model):
     """Every distinct card an agent has served (content hash = ETag), with when."""
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from a2a_platform.lib.checks import Check, check_database, check_migrations
 from agents.hub_state import process_hub_connected
-from agents.models import Agent, WorkerHeartbeat
+from agents.models import Agent, WebInstance, WorkerHeartbeat
 
 RETRY_AFTER_SECONDS = 5
 
@@ -179,6 +179,24 @@ def current(*, include_hub: bool = True) -> Readiness:
         readiness = compute(include_hub=include_hub)
         _state.cached = readiness
         return readiness
+
+
+def web_instance_beat(*, name: str, started_at, state: Readiness) -> None:
+    """This web process's heartbeat for the dashboard: its readiness now (one upsert), and
+    the rows of instances silent for A2A_WEB_INSTANCE_FORGET_SECONDS forgotten."""
+    now = timezone.now()
+    WebInstance.objects.update_or_create(
+        name=name[:255],
+        defaults={
+            "started_at": started_at,
+            "beat_at": now,
+            "ready": state.ready,
+            "draining": state.draining,
+            "failing": state.failing(),
+        },
+    )
+    forget = now - timedelta(seconds=settings.A2A_WEB_INSTANCE_FORGET_SECONDS)
+    WebInstance.objects.filter(beat_at__lt=forget).delete()
 
 
 def cached_or_none() -> Readiness | None:

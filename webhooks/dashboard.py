@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from a2a_platform.lib.checks import check_broker
 from agents import readiness as gate
-from agents.models import Agent, WorkerHeartbeat
+from agents.models import Agent, WebInstance, WorkerHeartbeat
 from tasks.states import TERMINAL_STATES
 from webhooks.models import (
     ON_OLD_MOVE_STATES,
@@ -75,9 +75,28 @@ def _age(now: datetime, value: datetime | None) -> float | None:
     return round((now - value).total_seconds(), 1) if value else None
 
 
+def _web_instances(now: datetime) -> list[dict[str, Any]]:
+    """Every web process's last heartbeat (agents.WebInstance): its readiness when it last
+    wrote, and whether it still writes (live: within three heartbeat intervals)."""
+    stale_after = 3 * settings.A2A_WEB_HEARTBEAT_SECONDS
+    return [
+        {
+            "name": w.name,
+            "beatAgeSeconds": _age(now, w.beat_at),
+            "live": (now - w.beat_at).total_seconds() <= stale_after,
+            "ready": w.ready,
+            "draining": w.draining,
+            "failing": w.failing,
+            "startedAt": _iso(w.started_at),
+        }
+        for w in WebInstance.objects.order_by("name")
+    ]
+
+
 def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
-    """This instance's gate (what /readyz answers, broker included) and every worker's
-    heartbeat with its age: the workers are the other instances the gate depends on."""
+    """This instance's gate (what /readyz answers, broker included), every web instance's
+    last readiness and every worker's heartbeat with its age: the workers are the other
+    instances the gate depends on."""
     state = gate.current()
     broker = check_broker()
     checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in state.checks]
@@ -101,6 +120,7 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
         "draining": state.draining,
         "checks": checks,
         "workers": workers,
+        "webInstances": _web_instances(now),
         "heartbeatFreshSeconds": fresh,
     }, state
 

@@ -100,6 +100,13 @@
       return el("tr", { "class": yesno(c.ok, "ok", "failing"), "data-check": c.name },
         [td(c.name), td(yesno(c.ok, "ok", "FAILING"), "c-state"), td(c.detail, "c-detail")]);
     }));
+    fill("dash-web-instances", r.webInstances.map(function (w) {
+      var why = Object.keys(w.failing).map(function (k) { return k + ": " + w.failing[k]; });
+      return el("tr", { "class": yesno(w.live && w.ready, "ok", "failing"), "data-web": w.name }, [
+        td(w.name), td(age(w.beatAgeSeconds), "c-age"), td(yesno(w.live, "live", "stale"), "c-live"),
+        td(w.draining ? "draining" : yesno(w.ready, "ready", "not ready"), "c-ready"),
+        td(why.join("; "), "c-detail")]);
+    }), "no web instance has written a heartbeat", 5);
     fill("dash-workers", r.workers.map(function (w) {
       return el("tr", { "class": yesno(w.live, "ok", "failing"), "data-worker": w.hostname }, [
         td(w.hostname), td(w.queues.join(", ")), td(age(w.beatAgeSeconds), "c-age"),
