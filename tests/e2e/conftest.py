@@ -1,9 +1,13 @@
-"""Browser tests' shared fixtures: where their screenshots go."""
+"""Browser tests' shared fixtures: the ASGI server the browser talks to, and where their
+screenshots go."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,3 +28,34 @@ def artifacts(request) -> Path:
     if reporter is not None:
         shots = sorted(p.name for p in path.glob("*.png"))
         reporter.write_line(f"\n{request.node.name}: screenshots in {path}: {', '.join(shots)}")
+
+
+@pytest.fixture
+def asgi_server(transactional_db) -> Iterator[SimpleNamespace]:
+    """`a2a_platform.asgi.application` under uvicorn, as `make run` and production serve it
+    (not Django's WSGI live server), on a thread of this process so that the test's settings
+    and monkeypatches apply to it. Stopped before the test database is flushed."""
+    import threading
+
+    import uvicorn
+
+    from a2a_platform.asgi import application
+    from tests.live import HOST, free_port
+
+    port = free_port()
+    config = uvicorn.Config(
+        application, host=HOST, port=port, lifespan="on", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="asgi-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the ASGI server did not start", pytrace=False)
+        time.sleep(0.05)
+    try:
+        yield SimpleNamespace(url=f"http://{HOST}:{port}")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

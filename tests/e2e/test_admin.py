@@ -1,4 +1,6 @@
-"""The Django admin in a real browser: Debian's chromium driven by Playwright.
+"""The Django admin in a real browser: Debian's chromium driven by Playwright, against the ASGI
+app the platform serves (`a2a_platform.asgi.application`: its router, lifespan and Django,
+under uvicorn).
 
 Nothing is downloaded here: Playwright's own browser builds are never installed, the system
 chromium is launched by path. A missing chromium fails the test (CI installs it in .ci/run);
@@ -81,7 +83,7 @@ def admin_data(transactional_db) -> AdminData:
 
 
 @pytest.fixture
-def page(live_server):
+def page(asgi_server):
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} not found: the admin browser test needs Debian's chromium "
@@ -95,7 +97,7 @@ def page(live_server):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:
-            page = browser.new_page(base_url=live_server.url)
+            page = browser.new_page(base_url=asgi_server.url)
             page.set_default_timeout(TIMEOUT_MS)
             yield page
         finally:
