@@ -218,7 +218,10 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
 
 class NewApiKeySerializer(ApiKeySerializer):
-    secret = serializers.CharField(help_text="shown once, never again")
+    secret = serializers.CharField(
+        allow_null=True,
+        help_text="shown once, never again: null in an Idempotency-Key replay (never stored)",
+    )
 
     class Meta(ApiKeySerializer.Meta):
         fields = [*ApiKeySerializer.Meta.fields, "secret"]

@@ -5,7 +5,11 @@ permission checks and before the view runs; the view's answer below 500 is kept 
 24 hours. A retry with the same key and the same request (method, path, body) gets that answer
 again and runs nothing; the same key with another request is 422 `idempotency_key_reused`; a
 duplicate arriving while the first still runs is 409 `idempotency_in_progress` (retry). A 5xx
-or a crash mid-request releases the claim, so the retry runs."""
+or a crash mid-request releases the claim, so the retry runs.
+
+A secret is shown once, never kept: an answer's `secret` (a new token's or API key's) is not
+stored with the claim, so its replay is the first answer with `"secret": null` — the key or
+token was made, its id is there to revoke it, and only its digest exists anywhere."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from a2a_platform.api.errors import IdempotencyInProgress, IdempotencyKeyReused,
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
+# Fields of an answer never kept for its replay (a replay answers them null).
+SECRET_FIELDS = ("secret",)
 
 
 class Replay(Exception):
@@ -77,6 +83,8 @@ def finish(result: services.Claim, response: Response) -> None:
         # As the renderer would write it (UUIDs, times, decimals as JSON), so the replay is
         # byte for byte the first answer's content.
         body = json.loads(json.dumps(response.data, cls=JSONEncoder))
+        if isinstance(body, dict):
+            body = {k: (None if k in SECRET_FIELDS else v) for k, v in body.items()}
         services.idempotency_record(
             claim_id=result.row.pk, status_code=response.status_code, response=body
         )

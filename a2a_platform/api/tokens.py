@@ -43,7 +43,11 @@ class TokenSerializer(serializers.ModelSerializer):
 
 
 class NewTokenSerializer(TokenSerializer):
-    secret = serializers.CharField(read_only=True, help_text="shown once, never again")
+    secret = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="shown once, never again: null in an Idempotency-Key replay (never stored)",
+    )
 
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "secret"]

@@ -12,6 +12,7 @@ import uuid
 
 import httpx
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -141,6 +142,44 @@ def test_a_retry_with_the_same_key_is_the_first_answer_and_creates_nothing(live_
     plain = live_api.post("/api/v1/agents/", json=NEW, headers=writer)
     assert plain.status_code == 400
     assert Agent.objects.count() == 2
+
+
+def test_a_replayed_key_or_token_creation_never_shows_or_keeps_its_secret(live_api):
+    """Shown once, never kept: a retry with the same Idempotency-Key is the first answer
+    (the same key, nothing made twice) with its secret null, and the claim's stored answer
+    holds no secret; the secret the first answer showed works."""
+    AgentFactory(slug="keyed")
+    maker = bearer(token_for(user_with("keymaker", "view_apikey", "add_apikey"), "operate"))
+    key = {"Idempotency-Key": "key-once"}
+    first = live_api.post(
+        "/api/v1/agents/keyed/keys/", json={"name": "backend"}, headers={**maker, **key}
+    )
+    assert first.status_code == 201, first.text
+    secret = first.json()["secret"]
+    assert secret
+    retry = live_api.post(
+        "/api/v1/agents/keyed/keys/", json={"name": "backend"}, headers={**maker, **key}
+    )
+    assert retry.status_code == 201, retry.text
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.json() == {**first.json(), "secret": None}
+    assert Agent.objects.get(slug="keyed").api_keys.count() == 1
+    stored = IdempotencyKey.objects.get(key="key-once")
+    assert secret not in str(stored.response)
+
+    # A management token made in an operator's session: the same.
+    get_user_model().objects.create_superuser("tokens-root", password="pw-tokens-root")
+    with httpx.Client(base_url=live_api.base_url, timeout=30) as session:
+        csrf = _session(session, "tokens-root", "pw-tokens-root")
+        headers = {"X-CSRFToken": csrf, "Idempotency-Key": "token-once"}
+        body = {"name": "ci", "scope": "read"}
+        made = session.post("/api/v1/tokens/", json=body, headers=headers)
+        assert made.status_code == 201, made.text
+        again = session.post("/api/v1/tokens/", json=body, headers=headers)
+    assert again.json() == {**made.json(), "secret": None}
+    assert made.json()["secret"] not in str(IdempotencyKey.objects.get(key="token-once").response)
+    assert ApiToken.objects.filter(name="ci").count() == 1
+    assert api_token_authenticate(made.json()["secret"]) is not None
 
 
 def test_a_refusal_is_kept_too_and_a_bad_key_is_400(live_api, writer):
