@@ -59,3 +59,8 @@ def asgi_server(transactional_db) -> Iterator[SimpleNamespace]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+        # Its lifespan's shutdown marked this process's stream registry as shutting down (as
+        # a real server's last act): the in-process protocol tests that follow start anew.
+        from a2a_platform.protocol import sse
+
+        sse.reset_for_tests()
