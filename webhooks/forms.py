@@ -1,15 +1,23 @@
 """The rebind wizard's form (the admin console): every field a rebind request takes, checked
-here as a form, then by the rebind services' pre-checks (webhooks/rebind.py)."""
+here as a form, then by the rebind services' pre-checks (webhooks/rebind.py).
+
+A config's new token and credentials are secrets: typed once in password inputs, never
+rendered back. The confirmation step carries them sealed (`sealed_secrets`: encrypted with
+the secrets-at-rest key, a2a_platform/lib/crypto.py, and dated), so the page holds neither."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 
 from django import forms
 from django.utils import timezone
 
+from a2a_platform.lib import crypto
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
+from webhooks.bindings import credentials_problem
 from webhooks.models import PushConfig
 from webhooks.rebind_checks import RebindRequest
 
@@ -23,6 +31,34 @@ def parse_duration(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 15m, 1h, 2d)")
     return int(match["n"]) * _UNITS[match["unit"]]
+
+
+# How long a confirmation page's sealed secrets stay usable (then: type them again).
+SEALED_MAX_AGE_SECONDS = 3600
+# credentials_problem's field → this form's field.
+_SECRET_FIELD = {
+    "token": "new_token",
+    "authentication.scheme": "new_auth_scheme",
+    "authentication.credentials": "new_credentials",
+}
+
+
+def seal_secrets(token: str, credentials: str) -> str:
+    return crypto.encrypt(json.dumps({"t": token, "c": credentials, "at": int(time.time())}))
+
+
+def unseal_secrets(sealed: str) -> tuple[str, str]:
+    """(token, credentials) from `seal_secrets`; ValueError when altered or too old."""
+    try:
+        data = json.loads(crypto.decrypt(sealed))
+        token, credentials, at = data["t"], data["c"], data["at"]
+    except (crypto.SecretDecryptionError, ValueError, KeyError, TypeError):
+        raise ValueError("the sealed token and credentials are unreadable") from None
+    if not (isinstance(token, str) and isinstance(credentials, str) and isinstance(at, int)):
+        raise ValueError("the sealed token and credentials are unreadable")
+    if time.time() - at > SEALED_MAX_AGE_SECONDS:
+        raise ValueError("the sealed token and credentials expired")
+    return token, credentials
 
 
 class RebindForm(forms.Form):
@@ -42,6 +78,33 @@ class RebindForm(forms.Form):
     task_id = forms.CharField(required=False, label="task id (one config)")
     config_id = forms.CharField(required=False, label="config id (one config)")
     new_url = forms.CharField(required=False, max_length=2048, label="the config's new URL")
+    new_token = forms.CharField(
+        required=False,
+        max_length=1024,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        label="the config's new token",
+        help_text="sent as X-A2A-Notification-Token; never shown again",
+    )
+    new_auth_scheme = forms.CharField(
+        required=False, max_length=64, label="its new auth scheme", help_text="e.g. Bearer"
+    )
+    new_credentials = forms.CharField(
+        required=False,
+        max_length=4096,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        label="its new credentials",
+        help_text=(
+            "with the scheme: sent as Authorization: <scheme> <credentials>. The token and "
+            "the credentials are replaced together: one left empty is removed"
+        ),
+    )
+    remove_credentials = forms.BooleanField(
+        required=False, label="remove the config's token and credentials"
+    )
+    # The confirmation step's copy of the two secrets above (seal_secrets).
+    sealed_secrets = forms.CharField(required=False, widget=forms.HiddenInput)
     policy = forms.ChoiceField(
         choices=[("", "the agent's declared policy"), *PushChannelPolicy.choices], required=False
     )
@@ -96,7 +159,84 @@ class RebindForm(forms.Form):
                 if config is None:
                     self.add_error("config_id", "no such config of this agent's task")
             data["config"] = config
+        self._clean_secrets(data, "config" in ops)
         return data
+
+    def _clean_secrets(self, data: dict, one_config: bool) -> None:
+        """The new token and credentials: typed now, or carried sealed from the first step."""
+        token, credentials = data.get("new_token") or "", data.get("new_credentials") or ""
+        sealed = data.get("sealed_secrets") or ""
+        if sealed and one_config and not (token or credentials):
+            try:
+                token, credentials = unseal_secrets(sealed)
+            except ValueError as exc:
+                self.add_error("new_token", f"{exc}: type them again")
+                return
+        data["new_token"], data["new_credentials"] = token, credentials
+        scheme = data.get("new_auth_scheme") or ""
+        removing = data.get("remove_credentials")
+        given = [
+            name
+            for name, value in (
+                ("new_url", data.get("new_url")),
+                ("new_token", token),
+                ("new_auth_scheme", scheme),
+                ("new_credentials", credentials),
+                ("remove_credentials", removing),
+            )
+            if value
+        ]
+        if not one_config:
+            for name in given:
+                self.add_error(name, "replaces one config's URL or credentials: tick that one")
+            return
+        if not given:
+            self.add_error("new_url", "give the config's new URL, token or credentials")
+            return
+        if removing:
+            for name in ("new_token", "new_auth_scheme", "new_credentials"):
+                if name in given:
+                    self.add_error(name, "leave it empty to remove the token and credentials")
+            return
+        problem = credentials_problem(token, scheme, credentials)
+        if problem:
+            self.add_error(_SECRET_FIELD[problem[0]], problem[1])
+
+    @property
+    def replaces_credentials(self) -> bool:
+        data = self.cleaned_data
+        return bool(
+            data.get("remove_credentials")
+            or data.get("new_token")
+            or data.get("new_auth_scheme")
+            or data.get("new_credentials")
+        )
+
+    def secrets_summary(self) -> list[str]:
+        """What happens to the config's token and credentials, without either of them."""
+        data = self.cleaned_data
+        if "config" not in set(data.get("operations") or []):
+            return []
+        if not self.replaces_credentials:
+            return ["token and credentials: kept"]
+        scheme = data.get("new_auth_scheme")
+        return [
+            "new token: set" if data.get("new_token") else "token: removed",
+            f"credentials: replaced ({scheme})" if scheme else "credentials: removed",
+        ]
+
+    def carried_fields(self) -> list[forms.BoundField]:
+        """The fields the confirmation step posts back as they are: all but the secrets."""
+        skip = {"new_token", "new_credentials", "sealed_secrets"}
+        return [field for field in self if field.name not in skip]
+
+    def sealed(self) -> str:
+        """The confirmation step's sealed copy of the new token and credentials ("" when
+        there is none)."""
+        data = self.cleaned_data
+        if not (data.get("new_token") or data.get("new_credentials")):
+            return ""
+        return seal_secrets(data["new_token"], data["new_credentials"])
 
     def rebind_request(self) -> RebindRequest:
         data = self.cleaned_data
@@ -110,6 +250,10 @@ class RebindForm(forms.Form):
             move_origin=data["move_origin"] if moving else "",
             config=data.get("config") if "config" in ops else None,
             new_url=data["new_url"] if "config" in ops else "",
+            # RebindRequest: None keeps the token and credentials; else all are replaced.
+            new_token=data["new_token"] if self.replaces_credentials else None,
+            new_auth_scheme=data["new_auth_scheme"] if self.replaces_credentials else None,
+            new_credentials=data["new_credentials"] if self.replaces_credentials else "",
             policy=data["policy"] or None,
             finish_on_old=data["finish_on_old"],
             deadline_seconds=data["deadline"],
@@ -117,4 +261,5 @@ class RebindForm(forms.Form):
             at=data["at"],
             reason=data["reason"],
             force=data["force"],
+            preview_refuses_unsafe=False,  # the confirmation page lists it as a failed check
         )

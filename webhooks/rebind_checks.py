@@ -7,7 +7,7 @@ The operations are webhooks/rebind.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +17,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
+from agents.signing import active_signing_key, published_signing_keys
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks.bindings import credentials_problem, normalize_origin
 from webhooks.errors import RebindConflict, RebindInvalid
@@ -48,6 +49,10 @@ class RebindRequest:
     at: datetime | None = None  # a future start (scheduled), else now
     reason: str = ""
     force: bool = False
+    # What the preview does with a new URL the SSRF policy refuses: raise RebindInvalid (the
+    # API's preview), or show it as a failed check among the others (the console's wizard).
+    # Starting the rebind refuses such a URL either way.
+    preview_refuses_unsafe: bool = True
 
 
 def scope_filter(rebind: Rebind) -> Q:
@@ -90,6 +95,15 @@ def _check_target(url: str, field: str) -> None:
 def precheck(req: RebindRequest) -> dict[str, Any]:
     """Everything a rebind needs checked before it changes anything; raises RebindInvalid.
     Resolves DNS for the new URLs: call it outside any transaction."""
+    checked = _validated(req)
+    for field, url in checked["targets"]:
+        _check_target(url, field)
+    return checked
+
+
+def _validated(req: RebindRequest) -> dict[str, Any]:
+    """The request's own checks (raises RebindInvalid), and `targets`: each new URL the
+    rebind would send to, as (field, url), for the SSRF policy (checked by the caller)."""
     policy = req.policy or req.agent.push_rebind_policy
     if policy not in PushChannelPolicy.values:
         raise RebindInvalid("policy", f"must be one of {', '.join(PushChannelPolicy.values)}")
@@ -139,6 +153,7 @@ def precheck(req: RebindRequest) -> dict[str, Any]:
     )
     if req.config is not None:
         live = live.filter(config=req.config)
+    targets: list[tuple[str, str]] = []
     if req.move_from:
         matching = live.filter(url__startswith=req.move_from)
         if origin:
@@ -150,10 +165,16 @@ def precheck(req: RebindRequest) -> dict[str, Any]:
                 + (f" on {origin}" if origin else ""),
             )
         sample = matching.values_list("url", flat=True).first()
-        _check_target(req.move_to + sample[len(req.move_from) :], "move_to")
+        targets.append(("move_to", req.move_to + sample[len(req.move_from) :]))
     if req.new_url:
-        _check_target(req.new_url, "new_url")
-    return {"policy": policy, "on_timeout": on_timeout, "deadline": deadline, "origin": origin}
+        targets.append(("new_url", req.new_url))
+    return {
+        "policy": policy,
+        "on_timeout": on_timeout,
+        "deadline": deadline,
+        "origin": origin,
+        "targets": targets,
+    }
 
 
 def open_conflict(req: RebindRequest) -> RebindConflict | None:
@@ -187,12 +208,76 @@ def scope_overlap(other: Rebind, req: RebindRequest) -> str | None:
 
 # --- the preview (reads only) ----------------------------------------------------------------
 
+PASSED, FAILED, FORCED, NOT_NEEDED = "passed", "failed", "forced", "not needed"
+
+
+@dataclass(frozen=True)
+class PreCheck:
+    """One pre-check's result as the preview shows it: `check` (what was checked), `result`
+    (passed, failed, forced: a failed conflict the request overrides, or not needed: the
+    request has nothing for it to check) and `detail` (why, in words)."""
+
+    check: str
+    result: str
+    detail: str
+
+    @property
+    def blocks(self) -> bool:
+        return self.result == FAILED
+
+
+def _ssrf_check(targets: list[tuple[str, str]], *, refuse: bool) -> PreCheck:
+    name = "SSRF policy of the new URLs"
+    if not targets:
+        return PreCheck(name, NOT_NEEDED, "no new URL: every config keeps its own")
+    for field, url in targets:
+        try:
+            check_url(url)
+        except UnsafeDestination as exc:
+            if refuse:
+                raise RebindInvalid(field, f"{url}: {exc}") from None
+            return PreCheck(name, FAILED, f"{url}: {exc}")
+    return PreCheck(name, PASSED, "; ".join(f"{url}: permitted" for _, url in targets))
+
+
+def _key_check(req: RebindRequest, overlap_seconds: int) -> PreCheck:
+    name = "key published (the new key in the JWKS before it signs)"
+    if not req.rotate_key:
+        return PreCheck(name, NOT_NEEDED, "no key rotation: the signing keys stay as they are")
+    published = [k.kid for k in published_signing_keys(req.agent)]
+    active = active_signing_key(req.agent)
+    if active is None or active.kid not in published:
+        return PreCheck(
+            name,
+            FAILED,
+            f"agent {req.agent.slug!r} has no active signing key in its JWKS: receivers could "
+            "verify nothing signed before the new key is active",
+        )
+    return PreCheck(
+        name,
+        PASSED,
+        f"the JWKS serves {', '.join(published)}; the new key is published there "
+        f"{overlap_seconds} s before it signs (at least the card's max-age, "
+        f"{req.agent.card_max_age} s), and {active.kid} keeps signing until then",
+    )
+
+
+def _conflict_check(req: RebindRequest) -> tuple[PreCheck, RebindConflict | None]:
+    name = "a rebind already open on this scope"
+    conflict = open_conflict(replace(req, force=False))
+    if conflict is None:
+        return PreCheck(name, PASSED, "No open rebind over this scope"), None
+    if req.force:
+        return PreCheck(name, FORCED, f"{conflict} (forced over it)"), None
+    return PreCheck(name, FAILED, str(conflict)), conflict
+
 
 @dataclass(frozen=True)
 class RebindPreview:
-    """What starting `request` would do, computed without writing anything: the checks run,
-    the open rebind it would conflict with, and its blast radius (configs and endpoints
-    affected, in-flight tasks on the old version by state, the first of them listed)."""
+    """What starting `request` would do, computed without writing anything: the checks run
+    (`checks`, each with its result), the open rebind it would conflict with, and its blast
+    radius (configs and endpoints affected, in-flight tasks on the old version by state, the
+    first of them listed)."""
 
     request: RebindRequest
     policy: str
@@ -204,16 +289,24 @@ class RebindPreview:
     in_flight_by_state: dict[str, int]
     endpoints: list[str]
     tasks: list[dict[str, Any]]
+    checks: tuple[PreCheck, ...] = ()
 
     @property
     def in_flight(self) -> int:
         return sum(self.in_flight_by_state.values())
 
+    @property
+    def startable(self) -> bool:
+        """Every pre-check passed (or was not needed, or forced)."""
+        return not any(check.blocks for check in self.checks)
+
 
 def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview:
     """Run every check `rebind_start` runs and measure what it would touch; raises
-    RebindInvalid like it. Writes nothing (the console's confirmation page)."""
-    checked = precheck(req)
+    RebindInvalid like it (a new URL the SSRF policy refuses: a failed check in `checks`
+    instead, when `req.preview_refuses_unsafe` is False). Writes nothing (the console's
+    confirmation page)."""
+    checked = _validated(req)
     draft = Rebind(
         agent=req.agent,
         rotate_key=req.rotate_key,
@@ -222,12 +315,16 @@ def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview
         move_origin=checked["origin"],
         config=req.config,
     )
+    overlap = (
+        max(req.agent.push_rebind_min_overlap, req.agent.card_max_age) if req.rotate_key else 0
+    )
+    ssrf_check = _ssrf_check(checked["targets"], refuse=req.preview_refuses_unsafe)
+    conflict_check, conflict = _conflict_check(req)
     scope = PushConfig.objects.filter(scope_filter(draft))
     in_flight = scope.exclude(task__state__in=TERMINAL)
     by_state = dict(
         in_flight.values_list("task__state").annotate(n=Count("id")).values_list("task__state", "n")
     )
-    conflict = open_conflict(req)
     listed = (
         in_flight.select_related("task")
         .order_by("task__created_at", "pk")
@@ -238,9 +335,7 @@ def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview
         policy=checked["policy"],
         deadline_seconds=checked["deadline"],
         on_timeout=checked["on_timeout"],
-        overlap_seconds=(
-            max(req.agent.push_rebind_min_overlap, req.agent.card_max_age) if req.rotate_key else 0
-        ),
+        overlap_seconds=overlap,
         conflict=conflict,
         configs=scope.count(),
         in_flight_by_state={TaskState(s).short: n for s, n in sorted(by_state.items())},
@@ -255,4 +350,5 @@ def rebind_preview(req: RebindRequest, *, list_limit: int = 50) -> RebindPreview
             {"task": str(task), "state": TaskState(state).short, "config": config}
             for task, state, config in listed
         ],
+        checks=(ssrf_check, _key_check(req, overlap), conflict_check),
     )
