@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/sdk_compare.py [--duration 15] [--warmup 3] [--connections 16]
                                           [--web-workers 1] [--workers 1] [--sdk-sqlite]
+                                          [--worker-pool threads] [--worker-concurrency 8]
                                           [--pg-stats] [--no-pin] [--no-sdk]
+                                          [--profile DIR]
 
 Scale-out: `--web-workers 2 --workers 2 --no-pin --no-sdk` (two web processes and two
 worker processes against one PostgreSQL and one Redis, every process on every core).
@@ -10,7 +12,8 @@ worker processes against one PostgreSQL and one Redis, every process on every co
 Starts, one after the other on the same machine:
 - the platform: a PostgreSQL server of the bench's own (initdb into a temporary directory,
   default durability: fsync and synchronous_commit on), uvicorn serving the ASGI app, a Celery
-  worker on every queue and beat, in the production profile (DEBUG off, caches on);
+  worker on every queue (as the README runs it: -P threads -c 8) and beat, in the production
+  profile (DEBUG off, caches on);
 - the SDK: bench/sdk_server.py, its `DefaultRequestHandler` over `InMemoryTaskStore` (and,
   with --sdk-sqlite, over its SQLite `DatabaseTaskStore`), an echo agent in-process.
 
@@ -20,6 +23,13 @@ closed loop of --connections connections for --duration seconds after a --warmup
 platform's figures are durable: the task, its events and its outbox rows are committed before
 the answer that depends on them. Printed: req/s, p50/p99, the load generator's CPU use (it
 must not be the bottleneck), and the platform/SDK ratio against the targets of issue 19.
+
+`--profile DIR`: py-spy (pip install py-spy; it needs ptrace, so root or CAP_SYS_PTRACE)
+samples each server process (a Celery worker with its pool children) through every measured
+run, counting only samples that hold the GIL (Python running, not waiting); it writes the
+collapsed stacks to DIR/<figure>-<role>.txt (flamegraph.pl and speedscope read them) and
+prints each role's functions with the largest share of samples. Sampling costs CPU: read a
+profiled run for where the time goes, not for throughput.
 """
 
 from __future__ import annotations
@@ -161,7 +171,8 @@ def measure(
     if "script" in kw:
         kw = {**kw, "A2A_RUN": f"r{time.time_ns()}"}
     before = cpu_by_role(roles or {})
-    r = wrk(url, args, cpu=cpu, **kw)
+    with profiling(name, args, roles or {}):
+        r = wrk(url, args, cpu=cpu, **kw)
     after = cpu_by_role(roles or {})
     if r["errors"] and "script" not in kw:
         sample = httpx.get(url, headers={"A2A-Version": "1.0", **_auth(kw)}, timeout=30)
@@ -178,6 +189,84 @@ def measure(
         print(f"    server CPU per request: {total:.2f} ms ({parts})", flush=True)
         r["cpu_ms"] = per
     return r
+
+
+@contextlib.contextmanager
+def profiling(name: str, args, roles: dict[str, int]):
+    """With --profile: py-spy on every role but PostgreSQL for the run inside (see the module
+    docstring); prints the top functions by share of samples afterwards."""
+    if not args.profile or not roles:
+        yield
+        return
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    spies = {}
+    for role, pid in roles.items():
+        if role in ("postgres", "beat"):
+            continue
+        path = out / f"{slug}-{role}.txt"
+        cmd = [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--output",
+            str(path),
+        ]
+        cmd += ["--rate", "250", "--nonblocking", "--gil", "--duration", f"{args.duration:.0f}"]
+        cmd += ["--subprocesses"] if role.startswith("worker") else []
+        spies[role] = (
+            path,
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+        )
+    try:
+        yield
+    finally:
+        for role, (path, spy) in spies.items():
+            _, err = spy.communicate(timeout=args.duration + 30)
+            if spy.returncode or not path.exists():
+                print(f"    (py-spy on {role} failed: {err.decode()[-300:].strip()})")
+                continue
+            print(f"    profile of {role} ({path}):")
+            for share, frame in top_frames(path):
+                print(f"      {share:>5.1%}  {frame}")
+
+
+def top_frames(path: Path, limit: int = 16) -> list[tuple[float, str]]:
+    """The project's functions on the most sampled stacks (inclusive), then the leaf functions
+    where the samples land (self), idle threads left out. py-spy's raw format is one
+    `frame;frame;... count` line per distinct stack, a frame `function (file:line)`."""
+    inclusive: dict[str, int] = {}
+    leaves: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [_frame(f) for f in stack.split(";")]
+        for frame in set(frames):
+            if frame.partition(" (")[2].startswith(PROJECT_PACKAGES):
+                inclusive[frame] = inclusive.get(frame, 0) + n
+        leaves[frames[-1]] = leaves.get(frames[-1], 0) + n
+    if not total:
+        return []
+    ours = sorted(inclusive.items(), key=lambda kv: -kv[1])[:limit]
+    own = sorted(leaves.items(), key=lambda kv: -kv[1])[: limit // 2]
+    return [(n / total, f) for f, n in ours] + [(n / total, f"self: {f}") for f, n in own]
+
+
+PROJECT_PACKAGES = ("a2a_platform/", "agents/", "tasks/", "webhooks/")
+
+
+def _frame(frame: str) -> str:
+    """`function (file:line)` -> `function (file)`: one row per function, not per line."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0].removesuffix(')')})" if where else name
 
 
 def seed_task(base: str, headers: dict[str, str]) -> str:
@@ -223,7 +312,11 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             roles = {"web": procs.procs[-1].pid}
             for n in range(args.workers):
                 roles[f"worker{n}"] = procs.celery_worker(
-                    db, f"cw{n}", queues="agents,webhooks,heartbeat"
+                    db,
+                    f"cw{n}",
+                    queues="agents,webhooks,heartbeat",
+                    pool=args.worker_pool,
+                    concurrency=args.worker_concurrency,
                 ).pid
             roles["beat"] = procs.beat(db).pid
             roles["postgres"] = postmaster
@@ -267,8 +360,15 @@ def top_statements(db: str, limit: int = 15) -> None:
             " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s",
             [limit],
         ).fetchall()
+        sessions, commits, rollbacks = conn.execute(
+            "SELECT sessions, xact_commit, xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
     for calls, total, mean, query in rows:
         print(f"    {calls:>8} {total:>9.1f} {mean:>7.3f}  {query}")
+    print(
+        f"  sessions opened {sessions}, transactions {commits} committed, {rollbacks} rolled back"
+    )
 
 
 def production_env(db: str) -> dict[str, str]:
@@ -398,6 +498,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--web-workers", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
+    # The worker as the README runs it (-P threads -c 8).
+    parser.add_argument("--worker-pool", default="threads", help="Celery pool (-P)")
+    parser.add_argument("--worker-concurrency", type=int, default=8, help="Celery -c")
     parser.add_argument("--sdk-sqlite", action="store_true", help="also the SDK's SQLite store")
     parser.add_argument(
         "--no-pin", action="store_true", help="let every process use every core (scale-out)"
@@ -406,6 +509,7 @@ def main() -> None:
     parser.add_argument(
         "--pg-stats", action="store_true", help="print pg_stat_statements' top statements"
     )
+    parser.add_argument("--profile", metavar="DIR", help="py-spy every server process (slower)")
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
