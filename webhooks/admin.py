@@ -12,7 +12,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -23,7 +23,7 @@ from agents.models import SigningKey
 from agents.signing import SigningKeyError
 from tasks.admin import TaskAdmin
 from tasks.models import Task
-from webhooks import delivery_actions, key_actions, services
+from webhooks import delivery_actions, key_actions, rebind_console, rebind_machine, services
 from webhooks import rebind as rebinds
 from webhooks.delivery import retry_schedule
 from webhooks.endpoint_probe import TestSendRefused, endpoint_send_test, url_shown
@@ -665,6 +665,9 @@ class RebindAdmin(ReadOnlyAdmin):
     inlines = [MoveInline]
     actions = ["advance", "cut_over", "abort"]
     change_list_template = "admin/webhooks/rebind/change_list.html"
+    # The stock read-only form below a console: chips, progress, countdown, the live list of
+    # tasks still on the old version and the operator's decisions (webhooks/rebind_console.py).
+    change_form_template = "admin/webhooks/rebind/change_form.html"
 
     def has_run_rebind_permission(self, request) -> bool:
         return request.user.has_perm("webhooks.run_rebind")
@@ -672,11 +675,104 @@ class RebindAdmin(ReadOnlyAdmin):
     def get_urls(self):
         wizard = self.admin_site.admin_view(self.wizard_view)
         retire = self.admin_site.admin_view(self.retire_key_view)
+        live = self.admin_site.admin_view(self.live_view)
+        act = self.admin_site.admin_view(self.action_view)
         return [
             path("start/", wizard, name="webhooks_rebind_start"),
             path("retire-key/<int:key_pk>/", retire, name="webhooks_rebind_retire_key"),
+            # Before the stock URLs: their `<path:object_id>/` would take these.
+            path("<path:object_id>/live/", live, name="webhooks_rebind_live"),
+            path("<path:object_id>/do/<str:action>/", act, name="webhooks_rebind_action"),
             *super().get_urls(),
         ]
+
+    def _console_context(self, request, rebind: Rebind) -> dict:
+        return {
+            "console": rebind_console.rebind_console(rebind),
+            "console_live_url": reverse("admin:webhooks_rebind_live", args=[rebind.pk]),
+            "console_action_urls": {
+                name: reverse("admin:webhooks_rebind_action", args=[rebind.pk, name])
+                for name in rebind_console.ACTIONS
+            },
+            "console_task_url": reverse("admin:tasks_task_changelist"),
+            "can_run_rebind": self.has_run_rebind_permission(request),
+        }
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        rebind = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if rebind is not None and self.has_view_permission(request, rebind):
+            extra.update(self._console_context(request, rebind))
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def live_view(self, request, object_id):
+        """The console's JSON, polled by webhooks/static/webhooks/rebind_page.js."""
+        rebind = self.get_object(request, object_id)
+        if not self.has_view_permission(request, rebind):
+            raise PermissionDenied
+        if rebind is None:
+            raise Http404("no such rebind")
+        response = JsonResponse(rebind_console.rebind_console(rebind))
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def action_view(self, request, object_id, action: str):
+        """One decision on the rebind's page: a confirmation saying what it will do (as
+        delete_confirmation does), then, once confirmed (POST confirm=yes), the service."""
+        if action not in rebind_console.ACTIONS:
+            raise Http404("no such rebind action")
+        if not self.has_run_rebind_permission(request):
+            raise PermissionDenied
+        rebind = self.get_object(request, object_id)
+        if rebind is None:
+            raise Http404("no such rebind")
+        back = reverse("admin:webhooks_rebind_change", args=[rebind.pk])
+        operation = rebind_console.ACTIONS[action]
+        if not rebind_machine.can(operation, rebind.state):
+            exc = IllegalRebindTransition(operation, rebind.state)
+            self.message_user(request, f"rebind {rebind.pk}: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        data = request.POST if request.method == "POST" else request.GET
+        try:
+            plan = rebind_console.action_plan(rebind, action, data)
+        except rebind_console.ActionInputInvalid as exc:
+            self.message_user(request, f"rebind {rebind.pk}: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            try:
+                done = self._run_action(rebind, plan, request.user.get_username())
+            except (WebhookError, IllegalRebindTransition) as exc:
+                self.message_user(request, f"rebind {rebind.pk}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"rebind {rebind.pk}: {done}", messages.SUCCESS)
+            return HttpResponseRedirect(back)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": rebind,
+            "plan": plan,
+            "back": back,
+            "action_url": request.path,
+            "task_url": reverse("admin:tasks_task_changelist"),
+            "title": f"Confirm: {plan.summary.split(':')[0]}",
+        }
+        return TemplateResponse(request, "admin/webhooks/rebind/action_confirm.html", context)
+
+    def _run_action(self, rebind: Rebind, plan, actor: str) -> str:
+        """The confirmed decision, through its rebind service (each audits itself)."""
+        if plan.action == "move_now":
+            n = rebinds.rebind_moves_now(rebind.pk, move_pks=plan.move_pks, actor=actor)
+            return f"{n} task(s) moved now"
+        if plan.action == "finish_on_old":
+            n = rebinds.rebind_moves_finish_on_old(rebind.pk, move_pks=plan.move_pks, actor=actor)
+            return f"{n} task(s) left to finish on the old channel"
+        if plan.action == "cut_over":
+            return f"cut over ({rebinds.rebind_cutover(rebind.pk, actor=actor).state})"
+        if plan.action == "extend":
+            done = rebinds.rebind_extend(rebind.pk, seconds=plan.seconds, actor=actor)
+            return f"deadline extended by {plan.minutes} min, to {exact_time(done.deadline)}"
+        rebinds.rebind_abort(rebind.pk, actor=actor, reason=plan.reason)
+        return "aborted"
 
     def retire_key_view(self, request, key_pk: int):
         """Retire a retiring signing key (linked from the agent's page): a confirmation,
