@@ -124,6 +124,13 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
         # after a PostgreSQL restart its idle connections are dead and are discarded, not
         # handed to a request (issue 20).
         _db["CONN_HEALTH_CHECKS"] = True
+    # Parameters bound by the server and psycopg's automatic prepared statements (a query
+    # run 5 times on a connection is prepared there), so PostgreSQL stops parsing, analysing
+    # and planning every ORM query again: 46% of its CPU on the SendMessage path before
+    # (docs/decisions.md, "Throughput"). Off only behind a pooler that cannot keep prepared
+    # statements across transactions (PgBouncer in transaction mode before 1.21).
+    if env.bool("A2A_DB_PREPARED_STATEMENTS", default=True):
+        _db.setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
