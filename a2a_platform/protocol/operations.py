@@ -13,6 +13,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from a2a.types import a2a_pb2
@@ -38,6 +39,7 @@ from a2a_platform.protocol.errors import (
     UNAUTHENTICATED,
     UNSUPPORTED_OPERATION,
     ProtocolError,
+    from_domain,
     invalid_params,
 )
 from agents.card_render import agent_base_url, render_card
@@ -61,33 +63,51 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
         # A task created by this very call: everything to render is in hand (no queries).
         history = [result.first_message] if history_length != 0 else None
         return {"task": wire.task_json(result.task, history=history)}
+
+    def render() -> dict:
+        # The task, its history and artifacts in one read (GetTask's statement).
+        found = selectors.task_snapshot_for_owner(
+            agent_id=ctx.agent.pk,
+            owner=ctx.principal,
+            task_id=task_id,
+            history_length=history_length,
+        )
+        if found is None:
+            raise TaskNotFound(task_id)
+        task, history, artifacts = found
+        if task.answered_with_message and task.status_message:
+            return {"message": task.status_message}
+        history = history if history_length != 0 else None
+        return {"task": wire.task_json(task, history=history, artifacts=artifacts)}
+
     if not accepted.return_immediately:
         # A follow-up to an interrupted task finds it INPUT_REQUIRED: that is not the answer.
         follow_up = not result.created and not result.replayed
-        await wait_until_settled(
+        answer = await wait_until_settled(
             task_id,
             settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS,
             after_seq=result.task.last_seq if follow_up else None,
+            then=render,
         )
-
-    def render():
-        task = selectors.task_for_owner(agent_id=ctx.agent.pk, owner=ctx.principal, task_id=task_id)
-        if task is None:
-            raise TaskNotFound(task_id)
-        if task.answered_with_message and task.status_message:
-            return {"message": task.status_message}
-        return {"task": snapshot(task, history_length=history_length)}
-
+        if answer is not None:
+            return answer
     return await orm(render)
 
 
 async def wait_until_settled(
-    task_id: object, max_wait: float, *, after_seq: int | None = None
-) -> None:
+    task_id: object,
+    max_wait: float,
+    *,
+    after_seq: int | None = None,
+    then: Callable[[], dict] | None = None,
+) -> dict | None:
     """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes.
 
     With `after_seq` only a status reached after that event counts (a message continuing an
     interrupted task is answered by the state the agent reaches next, not the one it found).
+    `then` (an ORM callable) runs in the same ORM call as the read that finds the task
+    settled, and its value is returned (the answer without another thread hop and read);
+    None when the wait ended unsettled or without `then`.
     """
     deadline = time.monotonic() + max_wait
     hub = get_hub()
@@ -95,17 +115,24 @@ async def wait_until_settled(
     def settled(row: tuple[str, int, bool] | None) -> bool:
         return row is None or (row[2] and TaskState(row[0]) in SETTLED_STATES)
 
+    def read() -> tuple[tuple[str, int, bool] | None, dict | None]:
+        row = selectors.task_settled_since(task_id, after_seq)
+        return row, (then() if then is not None and row is not None and settled(row) else None)
+
     while True:
         # One read per wake-up: the hub subscribes before it reads (tasks/event_hub.py).
         remaining = deadline - time.monotonic()
-        row = await hub.read_then_wait(
-            task_id,
-            lambda: selectors.task_settled_since(task_id, after_seq),
-            enough=settled,
-            timeout=remaining,
-        )
+        try:
+            row, answer = await hub.read_then_wait(
+                task_id, read, enough=lambda value: settled(value[0]), timeout=remaining
+            )
+        except Exception as exc:
+            mapped = from_domain(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         if settled(row) or remaining <= 0:
-            return
+            return answer
 
 
 # --- Tasks ---------------------------------------------------------------------------------
