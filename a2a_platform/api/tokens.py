@@ -26,6 +26,11 @@ class TokenSerializer(serializers.ModelSerializer):
         source="created_by.get_username", read_only=True, allow_null=True, default=None
     )
 
+    createdAt = serializers.DateTimeField(source="created_at", read_only=True)
+    lastUsedAt = serializers.DateTimeField(source="last_used_at", read_only=True, allow_null=True)
+    expiresAt = serializers.DateTimeField(source="expires_at", read_only=True, allow_null=True)
+    revokedAt = serializers.DateTimeField(source="revoked_at", read_only=True, allow_null=True)
+
     class Meta:
         model = ApiToken
         fields = [
@@ -35,10 +40,10 @@ class TokenSerializer(serializers.ModelSerializer):
             "prefix",
             "user",
             "createdBy",
-            "created_at",
-            "last_used_at",
-            "expires_at",
-            "revoked_at",
+            "createdAt",
+            "lastUsedAt",
+            "expiresAt",
+            "revokedAt",
         ]
 
 

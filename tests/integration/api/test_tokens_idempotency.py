@@ -74,7 +74,7 @@ def test_an_operator_makes_a_token_in_their_session_its_secret_shown_once(live_a
         assert by_token.status_code == 403
         revoked = live_api.post(f"/api/v1/tokens/{token.pk}/revoke", headers={"X-CSRFToken": csrf})
         assert revoked.status_code == 200, revoked.text
-        assert revoked.json()["revoked_at"]
+        assert revoked.json()["revokedAt"]
         assert integrator.get("/api/v1/agents/", headers=bearer(secret)).status_code == 401
 
 
