@@ -16,7 +16,7 @@ from typing import Any
 
 from tasks import services, wire
 from tasks.models import Artifact, Message, MessageRole, Task
-from tasks.states import TaskState
+from tasks.states import TERMINAL_STATES, TaskState
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class RunAgain:
 class ExecutorContext:
     task_id: str
     progress: dict[str, Any] = field(default_factory=dict)
+    # A verb committed a terminal state: that transaction closed the task's dispatch too
+    # (services._set_status), so the runner has no claim left to release.
+    finished: bool = False
 
     # --- reads ---------------------------------------------------------------------------
     def task(self) -> Task:
@@ -77,6 +80,7 @@ class ExecutorContext:
 
     def finish(self, state: TaskState, text: str | None = None) -> None:
         services.task_transition(task_id=self.task_id, to_state=state, message=text)
+        self.finished = state in TERMINAL_STATES
 
     def answer(
         self,
@@ -94,9 +98,11 @@ class ExecutorContext:
         if name:
             data["name"] = name
         services.task_answer(task_id=self.task_id, artifact=data, to_state=state, message=text)
+        self.finished = state in TERMINAL_STATES
 
     def reply(self, text: str) -> None:
         services.task_reply_with_message(task_id=self.task_id, message=text)
+        self.finished = True  # answered with a message: COMPLETED
 
 
 Executor = Callable[[ExecutorContext], RunAgain | None]

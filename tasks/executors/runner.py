@@ -122,6 +122,11 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     if isinstance(outcome, RunAgain):
         release(progress=ctx.progress, run_again_after=outcome.after_seconds)
         return "again"
+    if ctx.finished:
+        # The run's last verb committed a terminal state and, in that transaction, closed
+        # this dispatch: a release would lock the task to find no claim (one transaction
+        # and a WAL flush per task for nothing).
+        return "done"
     release(progress=ctx.progress)
     return "done"
 
