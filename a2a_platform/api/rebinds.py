@@ -177,6 +177,11 @@ def _preview_json(preview: RebindPreview) -> dict:
         "inFlightByState": preview.in_flight_by_state,
         "endpoints": preview.endpoints,
         "tasks": preview.tasks,
+        # The pre-checks as the console's confirmation lists them (result: passed, failed,
+        # forced or not needed).
+        "checks": [
+            {"check": c.check, "result": c.result, "detail": c.detail} for c in preview.checks
+        ],
     }
 
 

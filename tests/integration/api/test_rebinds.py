@@ -41,6 +41,10 @@ def test_preview_then_start_then_read_and_cut_over(agent):
     preview = api.post("/api/v1/rebinds/", {**MOVE, "preview": True}, format="json")
     assert preview.status_code == 200, preview.content
     assert (preview.json()["inFlight"], preview.json()["conflict"]) == (2, None)
+    # The pre-checks as the console lists them: the new URL permitted, no key to publish,
+    # no open rebind in the way.
+    results = [c["result"] for c in preview.json()["checks"]]
+    assert results == ["passed", "not needed", "passed"], preview.json()["checks"]
     assert not Rebind.objects.exists()
     started = api.post("/api/v1/rebinds/", MOVE, format="json")
     assert started.status_code == 201, started.content
