@@ -150,40 +150,7 @@
     if (!root || !initial) { return; }
     var data = JSON.parse(initial.textContent);
     render(root, data);
-    var interval = Number(root.getAttribute("data-interval-ms")) || 5000;
-    var polls = 0;
-    function poll() {
-      fetch(root.getAttribute("data-url"), { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (response) {
-          // A lapsed session is redirected to the login page (admin_view): HTML, not JSON.
-          if (response.redirected) { throw new Error("signed out, reload the page"); }
-          var type = response.headers.get("content-type") || "";
-          if (!response.ok || type.indexOf("application/json") !== 0) {
-            throw new Error("HTTP " + response.status);
-          }
-          return response.json();
-        })
-        .then(function (fresh) {
-          polls += 1;
-          render(root, fresh);
-          root.setAttribute("data-polls", String(polls));
-          setText("dash-poll-status", "");
-        })
-        .catch(function (err) { setText("dash-poll-status", "(update failed: " + err.message + "; retrying)"); })
-        .then(function () { window.setTimeout(pollWhenShown, interval); });
-    }
-    function pollWhenShown() {
-      // A hidden tab does not poll; it catches up as soon as it is shown again.
-      if (document.hidden) {
-        document.addEventListener("visibilitychange", function shown() {
-          document.removeEventListener("visibilitychange", shown);
-          poll();
-        });
-      } else {
-        poll();
-      }
-    }
-    window.setTimeout(pollWhenShown, interval);
+    window.a2aPoll(root, "dash-poll-status", 5000, function (fresh) { render(root, fresh); });
   }
 
   if (document.readyState === "loading") {
