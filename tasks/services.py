@@ -420,6 +420,7 @@ def task_send(
     metadata: dict[str, Any] | None = None,
     card_version_id: int | None = None,
     within: Callable[[SendResult], None] | None = None,
+    new_task_id: uuid.UUID | None = None,
 ) -> SendResult:
     """SendMessage's write: open a task, or continue the one the message names.
 
@@ -431,7 +432,8 @@ def task_send(
     retries are rare, sends are not. `within(result)` runs inside the transaction after the
     write (not on a replay): the caller's writes that must commit or fail with it
     (SendMessage's inline push config), without a transaction around this one (durable: an
-    outer transaction raises RuntimeError).
+    outer transaction raises RuntimeError). `new_task_id`: the id a new task gets (chosen by
+    a caller that subscribed to it first; ignored for a follow-up).
     """
     msg = _as_message(message)
     if msg.role != a2a_pb2.ROLE_USER:
@@ -443,7 +445,7 @@ def task_send(
             if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
                 raise TaskNotFound(msg.task_id)
         else:
-            task_pk = uuid.uuid4()
+            task_pk = new_task_id or uuid.uuid4()
         if request_hash:
             receipt = MessageReceipt(
                 agent=agent,

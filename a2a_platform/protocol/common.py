@@ -7,9 +7,11 @@ push-registration gate. Neither operations.py nor streams.py imports the other.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from a2a_platform.protocol.errors import (
     invalid_params,
 )
 from tasks import services, wire
+from tasks.event_hub import get_hub
 from tasks.models import Task
 from tasks.selectors import task_artifacts, task_for_owner, task_history
 
@@ -145,13 +148,26 @@ class Accepted:
     history_length: int | None
     return_immediately: bool
     snapshot: dict | None = None  # the task as of this write, rendered in its transaction
+    # With `wake_on_new`: the event hub's subscription to the new task, made before the
+    # write (None when the send continued a task or was answered at once). The caller
+    # unsubscribes it (`release_wake`).
+    woken: asyncio.Future | None = None
+
+    def release_wake(self) -> None:
+        if self.woken is not None:
+            get_hub().unsubscribe(self.result.task.pk, self.woken)
 
 
-async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = False) -> Accepted:
+async def accept_message(
+    ctx: Ctx, params: Params, *, render_snapshot: bool = False, wake_on_new: bool = False
+) -> Accepted:
     """Validate and write a client message: the one write path of SendMessage and
     SendStreamingMessage (a new task or a follow-up, its inline push config and the
     idempotency receipt in one transaction). `render_snapshot`: also render the task exactly
-    as of this write, inside the transaction (a stream's cursor starts there)."""
+    as of this write, inside the transaction (a stream's cursor starts there).
+    `wake_on_new` (a blocking send): a new task's id is chosen here and subscribed to on the
+    event hub before the write, so its first wake-up cannot be missed and the waiter needs no
+    read until then (`Accepted.woken`)."""
     req = parse_request(params, a2a_pb2.SendMessageRequest)
     if not req.HasField("message"):
         raise invalid_params("message", "is required")
@@ -178,6 +194,12 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
         await orm(lambda: visible_task(ctx, msg.task_id))
     inline_push = None if raw_push is None else await checked_push_config(raw_push)
     issuer = card_url(ctx)
+    new_task_id = woken = None
+    if wake_on_new and not config.return_immediately and not msg.task_id:
+        new_task_id = uuid.uuid4()
+        hub = get_hub()
+        await hub.start()
+        woken = hub.subscribe(new_task_id)
 
     def write():
         from webhooks.services import push_config_create
@@ -200,10 +222,22 @@ async def accept_message(ctx: Ctx, params: Params, *, render_snapshot: bool = Fa
             metadata=metadata,
             card_version_id=_card_version_id(ctx.agent),
             within=within,
+            new_task_id=new_task_id,
         )
         return Accepted(result, history_length, config.return_immediately, written)
 
-    return await orm(write)
+    try:
+        accepted = await orm(write)
+    except BaseException:
+        if woken is not None:
+            get_hub().unsubscribe(new_task_id, woken)
+        raise
+    if woken is None:
+        return accepted
+    if accepted.result.task.pk != new_task_id:  # a replay: answered with the earlier task
+        get_hub().unsubscribe(new_task_id, woken)
+        return accepted
+    return dataclasses.replace(accepted, woken=woken)
 
 
 def _written_snapshot(result: services.SendResult, history_length: int | None) -> dict:

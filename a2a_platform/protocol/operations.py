@@ -9,8 +9,10 @@ connection.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from django.conf import settings
 
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.protocol.common import (
+    Accepted,
     Params,
     accept_message,
     card_url,
@@ -56,7 +59,14 @@ from webhooks.selectors import push_channel_extension
 
 
 async def send_message(ctx: Ctx, params: Params) -> dict:
-    accepted = await accept_message(ctx, params)
+    accepted = await accept_message(ctx, params, wake_on_new=True)
+    try:
+        return await _answer(ctx, accepted)
+    finally:
+        accepted.release_wake()
+
+
+async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
     result, history_length = accepted.result, accepted.history_length
     task_id = result.task.pk
     if accepted.return_immediately and result.first_message is not None:
@@ -88,6 +98,7 @@ async def send_message(ctx: Ctx, params: Params) -> dict:
             settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS,
             after_seq=result.task.last_seq if follow_up else None,
             then=render,
+            woken=accepted.woken,
         )
         if answer is not None:
             return answer
@@ -100,6 +111,7 @@ async def wait_until_settled(
     *,
     after_seq: int | None = None,
     then: Callable[[], dict] | None = None,
+    woken: asyncio.Future | None = None,
 ) -> dict | None:
     """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes.
 
@@ -107,10 +119,15 @@ async def wait_until_settled(
     interrupted task is answered by the state the agent reaches next, not the one it found).
     `then` (an ORM callable) runs in the same ORM call as the read that finds the task
     settled, and its value is returned (the answer without another thread hop and read);
-    None when the wait ended unsettled or without `then`.
+    None when the wait ended unsettled or without `then`. `woken`: a subscription made before
+    the task was written (common.accept_message): until it fires the task is as written, so
+    the first read waits for it.
     """
     deadline = time.monotonic() + max_wait
     hub = get_hub()
+    if woken is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(woken), max_wait)
 
     def settled(row: tuple[str, int, bool] | None) -> bool:
         return row is None or (row[2] and TaskState(row[0]) in SETTLED_STATES)

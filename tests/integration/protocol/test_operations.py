@@ -86,6 +86,52 @@ def test_blocking_send_message_waits_for_interrupted_state(wire, agent, settings
     assert time.monotonic() - started < 10
 
 
+def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent, monkeypatch):
+    # Subscribed to before it is written, a new task needs no read until its first wake-up.
+    from tasks import selectors
+
+    reads: list[float] = []
+    real = selectors.task_settled_since
+
+    def counted(task_id, after_seq):
+        reads.append(time.monotonic())
+        return real(task_id, after_seq)
+
+    monkeypatch.setattr(selectors, "task_settled_since", counted)
+    moved_at: list[float] = []
+
+    def finish():
+        for _ in range(100):
+            task = Task.objects.first()
+            if task:
+                break
+            time.sleep(0.05)
+        moved_at.append(time.monotonic())
+        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+        services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+
+    thread = _later(0.5, finish)
+    answer = wire.rpc("SendMessage", {"message": user_message("x")})
+    thread.join()
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert reads, "the waiter read the task once woken"
+    assert reads[0] >= moved_at[0]
+
+
+def test_a_blocking_retry_is_answered_with_the_first_task_as_it_is_now(wire, agent, key, settings):
+    # The retry writes nothing and waits on the first task, not on the id it chose for a new one.
+    settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = 0.5
+    params = {"message": user_message("same")}
+    first = wire.rpc("SendMessage", params, headers=_auth(key))["result"]["task"]
+    assert first["status"]["state"] == "TASK_STATE_SUBMITTED"  # the cap, not the answer
+    services.task_transition(task_id=first["id"], to_state=TaskState.WORKING)
+    services.task_transition(task_id=first["id"], to_state=TaskState.COMPLETED)
+    again = wire.rpc("SendMessage", params, headers=_auth(key))["result"]["task"]
+    assert again["id"] == first["id"]
+    assert again["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert Task.objects.count() == 1
+
+
 def test_blocking_send_message_returns_current_task_at_the_cap(wire, agent, settings):
     settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = 0.5
     answer = wire.rpc("SendMessage", {"message": user_message("x")})
