@@ -7,15 +7,9 @@
 
   var SVG = "http://www.w3.org/2000/svg";
 
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    (children || []).forEach(function (c) {
-      node.appendChild(typeof c === "string" || typeof c === "number"
-        ? document.createTextNode(String(c)) : c);
-    });
-    return node;
-  }
+  // Shared with the other live page (console_common.js, loaded first).
+  var el = window.a2aConsole.el;
+  var setText = window.a2aConsole.setText;
 
   function td(text, cls) { return el("td", cls ? { "class": cls } : {}, [text]); }
   function yesno(v, yes, no) { return v ? yes : no; }
@@ -30,11 +24,6 @@
       body.appendChild(el("tr", {}, [el("td", { colspan: String(columns) }, [emptyText])]));
     }
     rows.forEach(function (row) { body.appendChild(row); });
-  }
-
-  function setText(id, text) {
-    var node = document.getElementById(id);
-    if (node) { node.textContent = String(text); }
   }
 
   function chart(svg, perMinute, start) {
@@ -150,7 +139,7 @@
     if (!root || !initial) { return; }
     var data = JSON.parse(initial.textContent);
     render(root, data);
-    window.a2aPoll(root, "dash-poll-status", 5000, function (fresh) { render(root, fresh); });
+    window.a2aConsole.poll(root, "dash-poll-status", 5000, function (fresh) { render(root, fresh); });
   }
 
   if (document.readyState === "loading") {

@@ -7,20 +7,9 @@
 (function () {
   "use strict";
 
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    (children || []).forEach(function (c) {
-      node.appendChild(typeof c === "string" || typeof c === "number"
-        ? document.createTextNode(String(c)) : c);
-    });
-    return node;
-  }
-
-  function setText(id, text) {
-    var node = document.getElementById(id);
-    if (node) { node.textContent = String(text); }
-  }
+  // Shared with the other live page (console_common.js, loaded first).
+  var el = window.a2aConsole.el;
+  var setText = window.a2aConsole.setText;
 
   function duration(seconds) {
     var s = Math.max(0, Math.floor(seconds)), h = Math.floor(s / 3600);
@@ -138,7 +127,7 @@
         });
       });
     }
-    window.a2aPoll(root, "rebind-poll-status", 3000, function (fresh) { render(root, fresh); });
+    window.a2aConsole.poll(root, "rebind-poll-status", 3000, function (fresh) { render(root, fresh); });
   }
 
   if (document.readyState === "loading") {

@@ -1,0 +1,62 @@
+/* What the console's live pages (dashboard.js, rebind_page.js) share, as window.a2aConsole:
+   `el` builds an element, `setText` fills one by id, and `poll` fetches `root`'s data-url
+   as JSON every data-interval-ms (or `defaultMs`), hands each answer to `onData`, counts the
+   polls in data-polls, and says a failed update in the element `statusId` until the next
+   success. A lapsed session is redirected to the login page (admin_view): HTML, not JSON,
+   said as such. A hidden tab does not poll; it catches up as soon as it is shown again.
+   Loaded before the page's own script. No library, no build step. */
+(function () {
+  "use strict";
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    (children || []).forEach(function (c) {
+      node.appendChild(typeof c === "string" || typeof c === "number"
+        ? document.createTextNode(String(c)) : c);
+    });
+    return node;
+  }
+
+  function setText(id, text) {
+    var node = document.getElementById(id);
+    if (node) { node.textContent = String(text); }
+  }
+
+  function poll(root, statusId, defaultMs, onData) {
+    var interval = Number(root.getAttribute("data-interval-ms")) || defaultMs;
+    var polls = 0;
+    function poll() {
+      fetch(root.getAttribute("data-url"), { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (response) {
+          if (response.redirected) { throw new Error("signed out, reload the page"); }
+          var type = response.headers.get("content-type") || "";
+          if (!response.ok || type.indexOf("application/json") !== 0) {
+            throw new Error("HTTP " + response.status);
+          }
+          return response.json();
+        })
+        .then(function (fresh) {
+          polls += 1;
+          onData(fresh);
+          root.setAttribute("data-polls", String(polls));
+          setText(statusId, "");
+        })
+        .catch(function (err) { setText(statusId, "(update failed: " + err.message + "; retrying)"); })
+        .then(function () { window.setTimeout(pollWhenShown, interval); });
+    }
+    function pollWhenShown() {
+      if (document.hidden) {
+        document.addEventListener("visibilitychange", function shown() {
+          document.removeEventListener("visibilitychange", shown);
+          poll();
+        });
+      } else {
+        poll();
+      }
+    }
+    window.setTimeout(pollWhenShown, interval);
+  }
+
+  window.a2aConsole = { el: el, setText: setText, poll: poll };
+})();
