@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from agents.services import api_key_create
 from tests.factories import AgentFactory
@@ -71,6 +72,14 @@ def wire(protocol_wire):  # noqa: F811 (pytest passes the imported fixture)
 def agent(transactional_db):
     """The default agent, run by an external backend (nothing executes its tasks)."""
     return AgentFactory(slug="hooks", is_default=True, executor="external")
+
+
+@pytest.fixture
+def superuser(client, db):
+    """The test client, signed in as a superuser (the console's pages)."""
+    user = get_user_model().objects.create_superuser("admin", email="", password="x")
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture

@@ -34,13 +34,6 @@ def agent(db):
     return AgentFactory(slug="shop-bot", executor="external")
 
 
-@pytest.fixture
-def superuser(client, db):
-    user = get_user_model().objects.create_superuser("admin", email="", password="x")
-    client.force_login(user)
-    return client
-
-
 def in_flight(agent, config: dict):
     task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
     push_config_create(task=task, config=config)

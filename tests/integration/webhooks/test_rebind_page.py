@@ -37,13 +37,6 @@ def agent(db):
     return AgentFactory(slug="shop-bot", executor="external")
 
 
-@pytest.fixture
-def superuser(client, db):
-    user = get_user_model().objects.create_superuser("admin", email="", password="x")
-    client.force_login(user)
-    return client
-
-
 def staff(client, username: str, codenames: list[str]):
     user = get_user_model().objects.create_user(username, password="x", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
