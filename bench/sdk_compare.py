@@ -516,6 +516,8 @@ def main() -> None:
             sys.exit(
                 f"{tool} is needed: apt-get install {'wrk' if tool == 'wrk' else 'util-linux'}"
             )
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        sys.exit("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     two = (os.cpu_count() or 1) >= 2 and not args.no_pin
     server_cpu, load_cpu = (0, 1) if two else (None, None)
     print(
