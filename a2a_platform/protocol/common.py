@@ -198,7 +198,10 @@ async def accept_message(
     if wake_on_new and not config.return_immediately and not msg.task_id:
         new_task_id = uuid.uuid4()
         hub = get_hub()
-        await hub.start()
+        # Not waiting for the hub to be connected (a database outage must refuse the write
+        # at once): a wake-up it misses while disconnected is covered by the wake-up of every
+        # waiter it sends when it connects.
+        await hub.start(timeout=0)
         woken = hub.subscribe(new_task_id)
 
     def write():
