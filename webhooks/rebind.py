@@ -493,6 +493,7 @@ def _drain_step(pk: object) -> None:
                 rebind.old_key_retire_after = now + timedelta(seconds=retire_margin())
             rebind.save(update_fields=["state", "finished_at", "old_key_retire_after"])
             _record(rebind, MONITOR_ACTOR, "complete")
+            _refresh_counts(rebind)
             _touch_agent(rebind.agent_id)
             return
         total = (rebind.deadline - rebind.cutoff).total_seconds()
@@ -585,6 +586,7 @@ def _cut_over(rebind: Rebind, actor: str, now: datetime, *, why: str) -> int:
     rebind.finished_at = now
     rebind.save(update_fields=["state", "finished_at"])
     _record(rebind, actor, "cut_over", why=why, orphaned=len(left))
+    _refresh_counts(rebind)
     _touch_agent(rebind.agent_id)
     wake_on_commit()
     return len(left)
@@ -644,6 +646,7 @@ def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
         rebind.reason = (rebind.reason + f" | aborted: {reason}" if reason else rebind.reason)[:500]
         rebind.save(update_fields=["state", "finished_at", "reason", "old_key_retire_after"])
         _record(rebind, actor, "abort", was=was, reason=reason)
+        _refresh_counts(rebind)
         _touch_agent(rebind.agent_id)
         wake_on_commit()
     return rebind_advance(pk)
@@ -764,6 +767,8 @@ def rebind_orphans(pk: object, *, actor: str) -> int:
 
 
 def _refresh_counts(rebind: Rebind) -> None:
+    """Store the live counts on the row. Every ending transition calls it in its own
+    transaction, so a rebind read as ended carries the counts it ended with."""
     Rebind.objects.filter(pk=rebind.pk).update(
         counts=rebind_counts(rebind), counts_at=timezone.now()
     )

@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 
 from agents.models import Agent, AuthMode
 from agents.services import api_key_create
 from tests import live, processes
 from tests.factories import AgentFactory
-from tests.processes import wait_until
 from tests.readiness_helpers import mark_workers_live
 
 
@@ -61,13 +59,9 @@ def live_platform(transactional_db, _live_processes) -> LivePlatform:
     """A running web + worker; this test's committed data is visible to both. The worker's
     readiness rows are flushed with every test's data, so they are written again here (the
     gate itself is tested with real beat heartbeats in tests/fault/agents/)."""
-    mark_workers_live()
     # A web process started for this session has never been ready: its cards answer 503
     # until its readiness sees the live workers (a test that reads a card at once needs it).
-    wait_until(
-        lambda: httpx.get(f"{_live_processes.web.url}/readyz", timeout=5).status_code == 200,
-        message="the live web process ready",
-    )
+    mark_workers_live(web_url=_live_processes.web.url)
     return _live_processes
 
 

@@ -95,7 +95,7 @@ def test_registered_through_the_protocol_every_event_arrives_once_in_order_verif
     start_worker(procs)
     # The gate needs a beat-proven worker; this test is about delivery, not the gate (tested
     # with real beat heartbeats in tests/fault/agents/).
-    mark_workers_live()
+    mark_workers_live(web_url=web.url)
 
     sent = httpx.post(
         f"{web.url}/{agent.slug}/message:send",
