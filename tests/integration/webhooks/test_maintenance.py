@@ -26,10 +26,13 @@ HOOK = "http://127.0.0.1:9/hook"
 
 @pytest.fixture
 def config(settings):
-    # This thread's connection afresh from the pool: the counts below are this backend's own
-    # updates, flushed when it is idle outside a transaction, so it must start clean whatever
-    # an earlier test of the run left on it.
+    # Every pooled backend of this process ends here, and a fresh one serves the test. Each
+    # backend keeps its table counters pending until it flushes them, which under load may be
+    # seconds later; the TRUNCATE of an earlier test's flush, pending on one of them, zeroed
+    # the table's dead-row count if it landed in the middle of this test (the likely cause of
+    # a CI run that read 0 of 1,200 under load). A backend flushes what it holds when it exits.
     connection.close()
+    connection.close_pool()
     configure(settings)
     _, (push,) = open_task(AgentFactory(executor="external"), "hi", {"id": "a", "url": HOOK})
     # The server's autovacuum must not run here: an autoanalyze triggered by the churn
