@@ -36,6 +36,11 @@ class Procs:
         self.started.append(p)
         return p
 
+    def adopt(self, proc: processes.Proc) -> processes.Proc:
+        """Stop `proc` with the others (one this holder did not start, e.g. a receiver's)."""
+        self.started.append(proc)
+        return proc
+
     def stop_all(self) -> None:
         for p in reversed(self.started):
             p.stop()

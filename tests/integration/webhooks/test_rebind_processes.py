@@ -77,10 +77,12 @@ def agent(transactional_db):
     return AgentFactory(executor="external", signing_key=True, card_max_age=1)
 
 
-def verifying_receiver(tmp_path, web, agent, mode: str) -> ReceiverProcess:
+def verifying_receiver(procs, web, agent, mode: str) -> ReceiverProcess:
+    """An aiohttp receiver verifying as a client would, stopped with `procs`'s processes (it
+    polls the JWKS for ever: one left running outlived the test run)."""
     jwks = f"{web.url}/{agent.slug}/.well-known/jwks.json"
     receiver = ReceiverProcess(
-        tmp_path,
+        procs.log_dir,
         name=mode,
         path="/hooks/v1/",
         command=[
@@ -93,7 +95,9 @@ def verifying_receiver(tmp_path, web, agent, mode: str) -> ReceiverProcess:
             mode,
         ],
     )
-    return receiver.start()
+    receiver.start()
+    procs.adopt(receiver.proc)
+    return receiver
 
 
 def open_tasks(web, agent, receiver, n: int, prefix: str = "/hooks/v1/") -> list[Task]:
@@ -161,7 +165,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
     a drain; the tasks then wait for input. Both receivers accept every delivery, each task's
     notice arrives on the old path before anything on the new one, and the rebind completes
     with every task moved."""
-    receiver = verifying_receiver(tmp_path, web, agent, mode)
+    receiver = verifying_receiver(procs, web, agent, mode)
     start_worker(procs)
     start_beat(procs)
     mark_workers_live(web_url=web.url)
@@ -209,7 +213,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
 
 
 def test_cutover_orphans_visibly_with_a_final_notice(web, procs, tmp_path, agent):
-    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
     mark_workers_live(web_url=web.url)
@@ -283,7 +287,7 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_sends_no_notice_twice(
 
 
 def test_a_scheduled_rebind_is_fired_by_beat(web, procs, tmp_path, agent):
-    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
     mark_workers_live(web_url=web.url)
@@ -306,7 +310,7 @@ def test_a_scheduled_rebind_is_fired_by_beat(web, procs, tmp_path, agent):
 
 
 def test_a_client_reregistering_mid_task_is_moved_after_a_notice(web, procs, tmp_path, agent):
-    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
     mark_workers_live(web_url=web.url)
@@ -379,7 +383,7 @@ def test_a_deadline_reached_with_a_task_in_input_required_cuts_over_by_beat(
 ):
     """finish-on-old keeps the INPUT_REQUIRED task on v1; nobody answers it, so beat's
     monitor alerts and, at the 4 s deadline, cuts it over: orphaned, with a final notice."""
-    receiver = verifying_receiver(tmp_path, web, agent, "channels")
+    receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
     mark_workers_live(web_url=web.url)
