@@ -19,18 +19,43 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from a2a_platform.lib.on_commit import enqueue_on_commit
+from a2a_platform.lib import doorbell
+from a2a_platform.lib.on_commit import enqueue_on_commit, send_job
 from agents.models import Agent, Executor
 from tasks.errors import NotExternalExecutor
-from tasks.job_names import RUN_EXECUTOR_JOB
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch, Task
 from tasks.task_store import get_task_store
 
 logger = logging.getLogger(__name__)
 
 
+# Built-in executors whose run is short and never waits: a new dispatch of theirs rings the
+# doorbell instead of publishing a job of its own, and one RUN_DUE_DISPATCHES_JOB runs every
+# due one in turn (`dispatch_claim_due`). A job's publish and its consumption are then paid
+# once per batch, not once per task (docs/decisions.md, "Throughput"). A run that asks to
+# run again later, a release that finds new input, and the sweeper's re-enqueues still
+# publish the dispatch's own job.
+QUICK_EXECUTORS: tuple[str, ...] = (Executor.ECHO,)
+
+
 def _uses_celery(task: Task) -> bool:
     return task.agent.executor != Executor.EXTERNAL
+
+
+def _announce_new(dispatch: ExecutorDispatch) -> None:
+    """After commit: ring for a quick executor's dispatch, else publish its own job."""
+    executor = dispatch.task.agent.executor
+    if executor in QUICK_EXECUTORS:
+        transaction.on_commit(ring_for_due_dispatches, robust=True)
+    elif executor != Executor.EXTERNAL:
+        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
+
+
+def ring_for_due_dispatches() -> None:
+    """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell)."""
+    if doorbell.ring(RUN_DUE_DISPATCHES_JOB):
+        send_job(RUN_DUE_DISPATCHES_JOB, [])
 
 
 def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:
@@ -52,18 +77,16 @@ def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispat
         last = task.dispatches.order_by("-id").only("progress").first()
         progress = last.progress if last else {}
     dispatch = ExecutorDispatch.objects.create(
-        task=task, not_before=timezone.now(), progress=progress
+        task=task, not_before=timezone.now(), progress=progress, enqueues=1
     )
-    _announce(dispatch)
-    dispatch.save(update_fields=["enqueues"])
+    _announce_new(dispatch)
     return dispatch
 
 
 def dispatch_announce_new(dispatch: ExecutorDispatch) -> None:
     """Inside the transaction that wrote a new task with its first dispatch (counted as
-    enqueued once): publish its executor job after commit."""
-    if _uses_celery(dispatch.task):
-        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
+    enqueued once): announce it after commit."""
+    _announce_new(dispatch)
 
 
 def dispatch_close_active(task: Task) -> None:
@@ -124,6 +147,33 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     )
     return DispatchClaim(
         dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
+    )
+
+
+def dispatch_claim_due(*, worker: str) -> DispatchClaim | None:
+    """Claim the oldest due dispatch of a quick executor (QUICK_EXECUTORS) for a Celery
+    worker. None: there is none. Dispatches of finished tasks met on the way are marked
+    DONE. Only those due for less than A2A_DISPATCH_UNCLAIMED_SECONDS are looked at (the
+    dispatch_due index's range, whatever else waits in it): an older one is the sweeper's,
+    which publishes its own job."""
+    now = timezone.now()
+    lease_until = now + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
+    due_since = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
+    while True:
+        with transaction.atomic():
+            row = get_task_store().claim_next_dispatch(
+                QUICK_EXECUTORS, due_since, worker, now, lease_until
+            )
+        if row is None:
+            return None
+        if row.claimed:
+            break
+    logger.info(
+        "dispatch claimed",
+        extra={"task_id": str(row.task_id), "dispatch_id": row.dispatch_id, "worker": worker},
+    )
+    return DispatchClaim(
+        row.dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
     )
 
 

@@ -8,8 +8,8 @@ from celery import shared_task
 
 # Imported for its signal handlers: worker processes reuse pooled connections per job.
 from tasks import worker_connections  # noqa: F401
-from tasks.executors.runner import run_dispatch
-from tasks.job_names import RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
+from tasks.executors.runner import run_dispatch, run_due
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
 from tasks.sweeper import dispatch_sweep
 
 
@@ -17,6 +17,12 @@ from tasks.sweeper import dispatch_sweep
 def run_executor_job(self, dispatch_id: int) -> str:
     worker = self.request.hostname or socket.gethostname()
     return run_dispatch(dispatch_id=dispatch_id, worker=f"{worker}:{self.request.id}")
+
+
+@shared_task(name=RUN_DUE_DISPATCHES_JOB, bind=True)
+def run_due_dispatches_job(self) -> int:
+    worker = self.request.hostname or socket.gethostname()
+    return run_due(worker=f"{worker}:{self.request.id}")
 
 
 @shared_task(name=SWEEP_DISPATCHES_JOB)

@@ -65,6 +65,7 @@ class DispatchClaimRow:
     progress: dict
     lease_expires_at: datetime | None
     executor: str  # the task's agent's executor
+    dispatch_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,19 @@ class TaskStore(Protocol):
         skipping when another transaction holds it) only the dispatch row. A dispatch whose
         task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
         not yet due, or locked."""
+        ...
+
+    def claim_next_dispatch(
+        self,
+        executors: tuple[str, ...],
+        due_since: datetime,
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> DispatchClaimRow | None:
+        """Claim, as `claim_dispatch` does, the oldest pending dispatch of an agent whose
+        executor is one of `executors` that fell due in (`due_since`, `now`], skipping
+        locked ones. None: there is none."""
         ...
 
     def release_dispatch(
@@ -309,8 +323,17 @@ def _tables() -> dict[str, str]:
     }
 
 
+# Which pending dispatch a claim takes: the one named, or the oldest of the quick executors
+# that fell due since a bound (the dispatch_due index's range: older ones are the sweeper's).
+_CLAIM_ONE = "d.id = %(id)s AND d.state = %(pending)s AND d.not_before <= %(now)s "
+_CLAIM_NEXT = (
+    "d.state = %(pending)s AND d.not_before <= %(now)s AND d.not_before > %(since)s "
+    "AND a.executor = ANY(%(executors)s) ORDER BY d.not_before, d.id LIMIT 1 "
+)
+
+
 @functools.cache
-def _claim_dispatch_sql() -> str:
+def _claim_dispatch_sql(which: str = _CLAIM_ONE) -> str:
     """Lock the due pending dispatch (skip locked, the dispatch row only), then claim it, or
     mark it DONE when its task is terminal, in one statement."""
     t = _tables()
@@ -319,7 +342,7 @@ def _claim_dispatch_sql() -> str:
         "SELECT d.id, a.executor, t.state = ANY(%(terminal)s) AS finished "
         f"FROM {t['dispatch']} d JOIN {t['task']} t ON t.id = d.task_id "
         f"JOIN {t['agent']} a ON a.id = t.agent_id "
-        "WHERE d.id = %(id)s AND d.state = %(pending)s AND d.not_before <= %(now)s "
+        f"WHERE {which}"
         "FOR UPDATE OF d SKIP LOCKED) "
         f"UPDATE {t['dispatch']} x SET "
         "state = CASE WHEN c.finished THEN %(done)s ELSE %(claimed)s END, "
@@ -328,7 +351,7 @@ def _claim_dispatch_sql() -> str:
         "lease_expires_at = CASE WHEN c.finished THEN x.lease_expires_at ELSE %(lease)s END, "
         "updated_at = %(now)s "
         "FROM c WHERE x.id = c.id "
-        "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor"
+        "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor, x.id"
     )
 
 
@@ -468,10 +491,24 @@ class PgTaskStore:
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
     ) -> DispatchClaimRow | None:
+        return self._claim(_CLAIM_ONE, {"id": dispatch_id}, worker, now, lease_until)
+
+    def claim_next_dispatch(
+        self,
+        executors: tuple[str, ...],
+        due_since: datetime,
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> DispatchClaimRow | None:
+        which = {"executors": list(executors), "since": due_since}
+        return self._claim(_CLAIM_NEXT, which, worker, now, lease_until)
+
+    def _claim(self, which: str, params: dict, worker, now, lease_until) -> DispatchClaimRow | None:
         rows = run_prepared(
-            _claim_dispatch_sql(),
+            _claim_dispatch_sql(which),
             {
-                "id": dispatch_id,
+                **params,
                 "worker": worker[:255],
                 "now": now,
                 "lease": lease_until,
@@ -481,9 +518,9 @@ class PgTaskStore:
         )
         if not rows:
             return None
-        claimed, task_id, progress, lease, executor = rows[0]
+        claimed, task_id, progress, lease, executor, dispatch_id = rows[0]
         progress = _PROGRESS.from_db_value(progress, None, connection)
-        return DispatchClaimRow(claimed, task_id, progress, lease, executor)
+        return DispatchClaimRow(claimed, task_id, progress, lease, executor, dispatch_id)
 
     def release_dispatch(
         self,
@@ -583,10 +620,31 @@ class OrmTaskStore:
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
     ) -> DispatchClaimRow | None:
+        due = ExecutorDispatch.objects.filter(
+            pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now
+        )
+        return self._claim(due, worker, lease_until)
+
+    def claim_next_dispatch(
+        self,
+        executors: tuple[str, ...],
+        due_since: datetime,
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> DispatchClaimRow | None:
+        due = ExecutorDispatch.objects.filter(
+            state=DispatchState.PENDING,
+            not_before__lte=now,
+            not_before__gt=due_since,
+            task__agent__executor__in=executors,
+        ).order_by("not_before", "id")
+        return self._claim(due, worker, lease_until)
+
+    def _claim(self, due, worker: str, lease_until: datetime) -> DispatchClaimRow | None:
         dispatch = (
-            ExecutorDispatch.objects.select_for_update(skip_locked=True, of=("self",))
+            due.select_for_update(skip_locked=True, of=("self",))
             .select_related("task__agent")
-            .filter(pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now)
             .first()
         )
         if dispatch is None:
@@ -595,7 +653,9 @@ class OrmTaskStore:
         if dispatch.task.task_state in TERMINAL_STATES:
             dispatch.state = DispatchState.DONE
             dispatch.save(update_fields=["state", "updated_at"])
-            return DispatchClaimRow(False, dispatch.task_id, dispatch.progress, None, executor)
+            return DispatchClaimRow(
+                False, dispatch.task_id, dispatch.progress, None, executor, dispatch.pk
+            )
         dispatch.state = DispatchState.CLAIMED
         dispatch.claims += 1
         dispatch.claimed_by = worker[:255]
@@ -603,7 +663,9 @@ class OrmTaskStore:
         dispatch.save(
             update_fields=["state", "claims", "claimed_by", "lease_expires_at", "updated_at"]
         )
-        return DispatchClaimRow(True, dispatch.task_id, dispatch.progress, lease_until, executor)
+        return DispatchClaimRow(
+            True, dispatch.task_id, dispatch.progress, lease_until, executor, dispatch.pk
+        )
 
     def release_dispatch(
         self,

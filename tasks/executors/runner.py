@@ -17,11 +17,20 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections
 
+from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
-from tasks.dispatch import dispatch_claim, dispatch_finish, dispatch_renew
+from tasks.dispatch import (
+    DispatchClaim,
+    dispatch_claim,
+    dispatch_claim_due,
+    dispatch_finish,
+    dispatch_renew,
+    ring_for_due_dispatches,
+)
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor
 from tasks.executors.base import ExecutorContext, RunAgain
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
 
@@ -69,6 +78,11 @@ class _LeaseKeeper:
         self._thread.join()
 
 
+# How many dispatches one run_due job runs before it hands over to a job of its own (so the
+# jobs queued behind it get their turn).
+DUE_BATCH = 100
+
+
 def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     """Returns what happened: skipped, done, again, stopped, interrupted or failed (for logs
     and tests)."""
@@ -81,7 +95,34 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     if claim is None:
         logger.info("dispatch not claimable; nothing to do", extra=extra)
         return "skipped"
-    extra["task_id"] = claim.task_id
+    return _run_claimed(claim, worker)
+
+
+def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
+    """Run the quick executors' due dispatches one after another; returns how many.
+
+    The doorbell is cleared first, so a dispatch committed from then on rings for a job of
+    its own. Finding a second dispatch means a backlog: from then on each claim rings, so
+    one more job waits on the queue for a free worker thread to join in, and past `limit`
+    the rest is left to it."""
+    doorbell.clear(RUN_DUE_DISPATCHES_JOB)
+    ran = 0
+    while ran < limit:
+        claim = with_reconnect(
+            lambda: dispatch_claim_due(worker=worker), what="dispatch claim", extra={}
+        )
+        if claim is None:
+            break
+        if ran:
+            ring_for_due_dispatches()
+        _run_claimed(claim, worker)
+        ran += 1
+    return ran
+
+
+def _run_claimed(claim: DispatchClaim, worker: str) -> str:
+    dispatch_id = claim.dispatch_id
+    extra = {"dispatch_id": dispatch_id, "task_id": claim.task_id}
     ctx = ExecutorContext(task_id=claim.task_id, progress=dict(claim.progress))
 
     def release(**kwargs) -> None:

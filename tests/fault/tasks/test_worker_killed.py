@@ -194,3 +194,26 @@ def test_lapsed_lease_of_a_killed_worker_is_re_dispatched(scripted_agent, procs)
     assert sent == [f"chunk {i} of {chunks}" for i in range(1, chunks + 1)]
     seqs = list(TaskEvent.objects.filter(task=task).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, task.last_seq + 1))
+
+
+def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
+    """Scenario D: new echo tasks ring the doorbell for one run_due_dispatches job, and that
+    job is lost (the queue emptied before any worker took it). The bell expires and the
+    sweeper publishes each dispatch's own job: every task completes, none twice."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("agents")
+    tasks = [open_task(agent, f"m{i}") for i in range(3)]
+    assert broker.llen("agents") == 1  # one job for the three
+    broker.delete("agents")
+
+    start_beat(procs)
+    worker = procs.worker(name="worker", **TIMINGS)
+    for task in tasks:
+        task = wait_settled(task)
+        assert task.task_state == S.COMPLETED
+        assert statuses(task) == ["submitted", "working", "completed"]
+        dispatch = dispatch_of(task)
+        assert dispatch.state == DispatchState.DONE
+        assert dispatch.claims == 1
+        assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
+        assert re_enqueued_in(worker, dispatch)

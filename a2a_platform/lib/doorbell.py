@@ -1,0 +1,67 @@
+"""A doorbell: many writes that each want the same draining job, one job published.
+
+`ring(name)` says whether the caller should publish job `name`: True when no such job is
+known to be waiting, that is when nobody rang since the last job cleared the bell. The job
+clears the bell (`clear(name)`) before it looks for work, so work committed before a ring
+that found the bell set is seen by that look, and work committed after the clear rings
+again. A ring is one Redis command (SET NX with an expiry), against a job publish through
+Celery's machinery (docs/decisions.md, "Throughput").
+
+The bell lives in the broker's Redis and expires after `RING_SECONDS`, so a job lost with
+its worker stops swallowing rings that soon; the work it would have drained is durable and
+the sweepers re-enqueue it, as they do a lost job of any kind. On a broker that is not Redis
+(the embedded file-system broker), or when Redis refuses the command, every ring says
+publish: the behaviour without a bell.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import redis
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+RING_SECONDS = 2.0
+
+
+@functools.cache
+def _client(url: str) -> redis.Redis:
+    # One client per process and URL; redis-py's clients are safe to share between threads.
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _bell(name: str) -> tuple[redis.Redis, str] | None:
+    url = settings.CELERY_BROKER_URL
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    return _client(url), f"a2a:doorbell:{name}"
+
+
+def ring(name: str) -> bool:
+    """True: publish the job (the bell was not set, and now is)."""
+    bell = _bell(name)
+    if bell is None:
+        return True
+    client, key = bell
+    try:
+        return bool(client.set(key, b"1", nx=True, px=int(RING_SECONDS * 1000)))
+    except redis.RedisError:
+        logger.warning("doorbell unreachable; publishing the job", extra={"job": name})
+        return True
+
+
+def clear(name: str) -> None:
+    """The job is running and about to look for work: the next ring publishes another."""
+    bell = _bell(name)
+    if bell is None:
+        return
+    client, key = bell
+    try:
+        client.delete(key)
+    except redis.RedisError:
+        # Still set, it expires in RING_SECONDS: rings meanwhile publish nothing, and what
+        # they announce waits for the next ring after it or for the sweeper.
+        logger.warning("doorbell not cleared", extra={"job": name}, exc_info=True)

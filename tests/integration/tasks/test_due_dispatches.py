@@ -1,0 +1,150 @@
+"""The quick executors' dispatches: rung for on the doorbell, many run by one job.
+
+A new echo dispatch rings the doorbell (a2a_platform/lib/doorbell.py) instead of publishing a
+job of its own; one tasks.run_due_dispatches job claims the due ones oldest first
+(dispatch_claim_due, one statement on PostgreSQL, the ORM twin on SQLite) and runs them. The
+broker is the test's real Redis: the queue is read to count what was published.
+"""
+
+import json
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from a2a_platform.lib import doorbell
+from tasks import services, task_store
+from tasks.dispatch import dispatch_claim_due
+from tasks.executors.runner import run_due
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
+from tasks.models import DispatchState, ExecutorDispatch, Task
+from tasks.states import TaskState
+from tests.factories import user_message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = TaskState
+
+
+@pytest.fixture
+def broker():
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
+    yield client
+    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
+
+
+@pytest.fixture(params=["postgres", "orm"])
+def store(request, settings):
+    settings.A2A_STORE = request.param
+    expected = {"postgres": task_store.PgTaskStore, "orm": task_store.OrmTaskStore}
+    assert type(task_store.get_task_store()) is expected[request.param]
+    return request.param
+
+
+def published(broker) -> list[str]:
+    """The job names waiting on the agents queue, oldest first."""
+    return [json.loads(m)["headers"]["task"] for m in reversed(broker.lrange("agents", 0, -1))]
+
+
+def send(agent, text: str = "hi") -> Task:
+    return services.task_create(agent=agent, owner="o", message=user_message(text))
+
+
+def test_new_echo_tasks_ring_once_for_one_job(agent, broker):
+    tasks = [send(agent, f"m{i}") for i in range(5)]
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+    # A job running clears the bell: the next new task rings for another.
+    doorbell.clear(RUN_DUE_DISPATCHES_JOB)
+    send(agent, "later")
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB, RUN_DUE_DISPATCHES_JOB]
+    assert all(t.dispatches.get().enqueues == 1 for t in tasks)
+
+
+def test_other_executors_publish_their_own_job(scripted_agent, broker):
+    task = send(scripted_agent)
+    assert published(broker) == [RUN_EXECUTOR_JOB]
+    assert task.dispatches.get().state == DispatchState.PENDING
+
+
+def test_one_job_runs_every_due_dispatch(store, agent, scripted_agent, broker):
+    echo = [send(agent, f"m{i}") for i in range(3)]
+    scripted = send(scripted_agent)
+    assert run_due(worker="w1") == 3
+    for task in echo:
+        task.refresh_from_db()
+        assert task.task_state == S.COMPLETED
+        assert task.dispatches.get().state == DispatchState.DONE
+    # Not a quick executor's: left to its own job.
+    assert scripted.dispatches.get().state == DispatchState.PENDING
+    assert run_due(worker="w1") == 0
+
+
+def test_a_job_past_its_limit_rings_for_the_rest(agent, broker):
+    tasks = [send(agent, f"m{i}") for i in range(3)]
+    broker.delete("agents")
+    assert run_due(worker="w1", limit=2) == 2
+    # Finding a second dispatch meant a backlog: a job waits for the rest.
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+    states = sorted(Task.objects.get(pk=t.pk).task_state.short for t in tasks)
+    assert states == ["completed", "completed", "submitted"]
+    assert run_due(worker="w2") == 1
+
+
+def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scripted_agent):
+    now = timezone.now()
+    old, new, later = (send(agent, t).dispatches.get() for t in ("old", "new", "later"))
+    ExecutorDispatch.objects.filter(pk=old.pk).update(not_before=now - timedelta(seconds=5))
+    ExecutorDispatch.objects.filter(pk=new.pk).update(not_before=now - timedelta(seconds=1))
+    ExecutorDispatch.objects.filter(pk=later.pk).update(not_before=now + timedelta(minutes=1))
+    send(scripted_agent)
+    first = dispatch_claim_due(worker="w1")
+    second = dispatch_claim_due(worker="w1")
+    assert (first.dispatch_id, second.dispatch_id) == (old.pk, new.pk)
+    assert first.task_id == str(old.task_id)
+    assert first.executor == "echo"
+    assert first.lease_expires_at > timezone.now()
+    old.refresh_from_db()
+    assert (old.state, old.claimed_by, old.claims) == (DispatchState.CLAIMED, "w1", 1)
+    # Not yet due, and a scripted agent's: none left to claim.
+    assert dispatch_claim_due(worker="w1") is None
+
+
+def test_claim_due_leaves_a_long_stranded_dispatch_to_the_sweeper(store, agent, settings):
+    dispatch = send(agent).dispatches.get()
+    stranded = timezone.now() - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS + 1)
+    ExecutorDispatch.objects.filter(pk=dispatch.pk).update(not_before=stranded)
+    assert dispatch_claim_due(worker="w1") is None
+    dispatch.refresh_from_db()
+    assert dispatch.state == DispatchState.PENDING
+
+
+def test_claim_due_closes_a_finished_tasks_dispatch_and_goes_on(store, agent):
+    finished, waiting = send(agent, "a"), send(agent, "b")
+    Task.objects.filter(pk=finished.pk).update(state=S.CANCELED.value)
+    claim = dispatch_claim_due(worker="w1")
+    assert claim.task_id == str(waiting.pk)
+    assert finished.dispatches.get().state == DispatchState.DONE
+
+
+def test_doorbell_rings_once_until_cleared_or_expired(broker):
+    assert doorbell.ring("job") is True
+    assert doorbell.ring("job") is False
+    doorbell.clear("job")
+    assert doorbell.ring("job") is True
+    assert 0 < broker.pttl("a2a:doorbell:job") <= doorbell.RING_SECONDS * 1000
+    broker.delete("a2a:doorbell:job")
+
+
+def test_doorbell_without_redis_always_publishes(settings):
+    # The embedded file-system broker, and a Redis that refuses: each ring publishes.
+    settings.CELERY_BROKER_URL = "filesystem://"
+    assert doorbell.ring("job") is True
+    assert doorbell.ring("job") is True
+    doorbell.clear("job")
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    assert doorbell.ring("job") is True
+    assert doorbell.ring("job") is True
+    doorbell.clear("job")
