@@ -36,6 +36,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
+from a2a_platform.lib.doorbell import broker_redis
 from a2a_platform.lib.on_commit import send_job
 from webhooks.job_names import DELIVER_JOB
 
@@ -45,23 +46,6 @@ FLAG_KEY = "a2a:webhooks:pump-claiming"
 NUDGE_CHANNEL = "a2a:webhooks:nudge"
 
 _lock = threading.Lock()
-_client = None
-_client_pid: int | None = None
-
-
-def _redis():
-    """The broker's Redis (same database), one client per process; None without Redis."""
-    global _client, _client_pid
-    url = settings.CELERY_BROKER_URL
-    if not url.startswith(("redis://", "rediss://")):
-        return None
-    with _lock:
-        if _client is None or _client_pid != os.getpid():
-            import redis
-
-            _client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-            _client_pid = os.getpid()
-        return _client
 
 
 def _ttl_ms() -> int:
@@ -92,7 +76,7 @@ JOB_TOKEN = "job"  # the flag's value while a published job has not started clai
 def hold(token: str = JOB_TOKEN) -> None:
     """A pump (`token`) is about to claim: writes committed from now on need no message, and
     nudge this pump."""
-    client = _redis()
+    client = broker_redis()
     if client is None:
         return
     try:
@@ -103,7 +87,7 @@ def hold(token: str = JOB_TOKEN) -> None:
 
 def holds(token: str) -> bool:
     """Whether the flag still names this pump (False without Redis or when unreadable)."""
-    client = _redis()
+    client = broker_redis()
     if client is None:
         return False
     try:
@@ -116,7 +100,7 @@ def holds(token: str) -> bool:
 def release(token: str = JOB_TOKEN) -> None:
     """The pump stops claiming (it blocks, drains or exits): writes need a message again.
     The caller claims once more after this, for what was committed while it held the flag."""
-    client = _redis()
+    client = broker_redis()
     if client is None:
         return
     try:
@@ -129,7 +113,7 @@ def wake(*, force: bool = False, countdown: float | None = None) -> bool:
     """Make sure a pump will claim after this point (after `countdown` seconds: a retry's or a
     capped endpoint's hint). `force` publishes regardless of the flag (a starting worker).
     Timed wakes coalesce too: one per quarter second of due time."""
-    client = None if force else _redis()
+    client = None if force else broker_redis()
     if client is not None:
         key, ttl_ms = FLAG_KEY, _ttl_ms()
         if countdown is not None:
@@ -184,7 +168,7 @@ def listen(callback: Callable[[bytes], None]) -> bool:
     `unlisten(callback)`; `holder` is the token of the pump it is for. Starts this process's
     subscriber on first use. False without Redis (no nudges: the caller polls)."""
     global _listener_pid
-    if _redis() is None:
+    if broker_redis() is None:
         return False
     with _lock:
         _listeners.add(callback)

@@ -7,7 +7,8 @@ that found the bell set is seen by that look, and work committed after the clear
 again. A ring is one Redis command (SET NX with an expiry), against a job publish through
 Celery's machinery (docs/decisions.md, "Throughput").
 
-The bell lives in the broker's Redis and expires after `RING_SECONDS`, so a job lost with
+The bell lives in the broker's Redis (`broker_redis`, the client webhooks/wake.py's flag uses
+too) and expires after `RING_SECONDS`, so a job lost with
 its worker stops swallowing rings that soon; the work it would have drained is durable and
 the sweepers re-enqueue it, as they do a lost job of any kind. On a broker that is not Redis
 (the embedded file-system broker), or when Redis refuses the command, every ring says
@@ -16,8 +17,9 @@ publish: the behaviour without a bell.
 
 from __future__ import annotations
 
-import functools
 import logging
+import os
+import threading
 
 import redis
 from django.conf import settings
@@ -26,18 +28,30 @@ logger = logging.getLogger(__name__)
 
 RING_SECONDS = 2.0
 
-
-@functools.cache
-def _client(url: str) -> redis.Redis:
-    # One client per process and URL; redis-py's clients are safe to share between threads.
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+_lock = threading.Lock()
+_clients: dict[tuple[int, str], redis.Redis] = {}
 
 
-def _bell(name: str) -> tuple[redis.Redis, str] | None:
+def broker_redis() -> redis.Redis | None:
+    """The broker's Redis (its database), one client per process and URL (a forked child
+    makes its own: a client's sockets are not to be shared across a fork; redis-py's clients
+    are safe to share between threads). None when the broker is not Redis."""
     url = settings.CELERY_BROKER_URL
     if not url.startswith(("redis://", "rediss://")):
         return None
-    return _client(url), f"a2a:doorbell:{name}"
+    key = (os.getpid(), url)
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = redis.Redis.from_url(
+                url, socket_timeout=2, socket_connect_timeout=2
+            )
+        return client
+
+
+def _bell(name: str) -> tuple[redis.Redis, str] | None:
+    client = broker_redis()
+    return None if client is None else (client, f"a2a:doorbell:{name}")
 
 
 def ring(name: str) -> bool:

@@ -362,6 +362,60 @@ def test_unknown_task_is_task_not_found(target, binding):
     run(scenario)
 
 
+# A public address (nothing here connects to it: the registration checks it, a delivery to
+# it would fail and be retried, which these tests do not wait for).
+HOOK_URL = "https://93.184.216.34/hooks/a2a"
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_push_notification_configs_created_read_listed_and_deleted(target, binding):
+    async def scenario():
+        async with connect(target, binding) as client:
+            task = await send_task(client, "work 30", return_immediately=True)
+            configs = []
+            for n in (1, 2):
+                config = a2a_pb2.TaskPushNotificationConfig(
+                    task_id=task.id, id=f"cfg-{n}", url=f"{HOOK_URL}/{n}", token=f"tok-{n}"
+                )
+                created = await client.create_task_push_notification_config(config)
+                assert (created.task_id, created.id, created.url) == (
+                    task.id,
+                    config.id,
+                    config.url,
+                )
+                configs.append(created)
+            got = await client.get_task_push_notification_config(
+                a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-2")
+            )
+            assert (got.id, got.url) == ("cfg-2", f"{HOOK_URL}/2")
+            listed = await client.list_task_push_notification_configs(
+                a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            assert sorted(c.id for c in listed.configs) == ["cfg-1", "cfg-2"]
+            await client.delete_task_push_notification_config(
+                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+            )
+            listed = await client.list_task_push_notification_configs(
+                a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            assert [c.id for c in listed.configs] == ["cfg-2"]
+            # A deleted config is not found, as the SDK's own server answers.
+            with pytest.raises(TaskNotFoundError):
+                await client.get_task_push_notification_config(
+                    a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+                )
+            # Another task's id: not found, whatever the URL.
+            with pytest.raises(TaskNotFoundError):
+                await client.create_task_push_notification_config(
+                    a2a_pb2.TaskPushNotificationConfig(
+                        task_id=str(uuid.uuid4()), id="cfg-x", url=HOOK_URL
+                    )
+                )
+            await client.cancel_task(a2a_pb2.CancelTaskRequest(id=task.id))
+
+    run(scenario)
+
+
 # --- An api_key agent: ListTasks, principals, the extended card ----------------------------
 
 
