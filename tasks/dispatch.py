@@ -90,10 +90,9 @@ def dispatch_announce_new(dispatch: ExecutorDispatch) -> None:
 
 
 def dispatch_close_active(task: Task) -> None:
-    """Inside a lifecycle transaction: the task finished, nothing is left to run."""
-    task.dispatches.filter(state__in=ACTIVE_DISPATCH_STATES).update(
-        state=DispatchState.DONE, lease_expires_at=None, updated_at=timezone.now()
-    )
+    """Inside a lifecycle transaction: the task finished, nothing is left to run (one
+    prepared statement on PostgreSQL)."""
+    get_task_store().close_dispatches(task.pk, timezone.now())
 
 
 @dataclass(frozen=True)

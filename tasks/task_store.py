@@ -33,6 +33,7 @@ from django.db import IntegrityError, connection, models, transaction
 from a2a_platform.lib.sql import columns, from_json_rows, from_row, run_prepared
 from agents.models import Agent
 from tasks.models import (
+    ACTIVE_DISPATCH_STATES,
     Artifact,
     DispatchState,
     EventKind,
@@ -142,6 +143,10 @@ class TaskStore(Protocol):
         skipping when another transaction holds it) only the dispatch row. A dispatch whose
         task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
         not yet due, or locked."""
+        ...
+
+    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
+        """The task finished: its active (pending or claimed) dispatches are DONE."""
         ...
 
     def claim_next_dispatch(
@@ -356,6 +361,14 @@ def _claim_dispatch_sql(which: str = _CLAIM_ONE) -> str:
 
 
 @functools.cache
+def _close_dispatches_sql() -> str:
+    return (
+        f"UPDATE {_tables()['dispatch']} SET state = %(done)s, lease_expires_at = NULL, "
+        "updated_at = %(now)s WHERE task_id = %(task)s AND state IN (%(pending)s, %(claimed)s)"
+    )
+
+
+@functools.cache
 def _release_lock_sql() -> str:
     """The released dispatch's task row, locked (before the dispatch: the services' order)."""
     t = _tables()
@@ -493,6 +506,9 @@ class PgTaskStore:
     ) -> DispatchClaimRow | None:
         return self._claim(_CLAIM_ONE, {"id": dispatch_id}, worker, now, lease_until)
 
+    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
+        run_prepared(_close_dispatches_sql(), {"task": task_id, "now": now, **_DISPATCH_STATES})
+
     def claim_next_dispatch(
         self,
         executors: tuple[str, ...],
@@ -624,6 +640,11 @@ class OrmTaskStore:
             pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now
         )
         return self._claim(due, worker, lease_until)
+
+    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
+        ExecutorDispatch.objects.filter(task_id=task_id, state__in=ACTIVE_DISPATCH_STATES).update(
+            state=DispatchState.DONE, lease_expires_at=None, updated_at=now
+        )
 
     def claim_next_dispatch(
         self,

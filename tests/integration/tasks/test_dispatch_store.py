@@ -197,3 +197,14 @@ def test_an_external_agents_dispatch_pending_again_publishes_no_job(
     dispatch.refresh_from_db()
     assert dispatch.state == DispatchState.PENDING
     assert dispatch.enqueues == 1
+
+
+def test_a_finished_task_closes_its_claimed_dispatch_and_no_other(agent):
+    dispatch = open_dispatch(agent)
+    other = open_dispatch(agent)
+    assert dispatch_claim(dispatch_id=dispatch.pk, worker="w1") is not None
+    services.task_cancel(task_id=dispatch.task_id)
+    dispatch.refresh_from_db()
+    assert (dispatch.state, dispatch.lease_expires_at) == (DispatchState.DONE, None)
+    other.refresh_from_db()
+    assert other.state == DispatchState.PENDING
