@@ -53,9 +53,10 @@ def _announce_new(dispatch: ExecutorDispatch) -> None:
 
 
 def ring_for_due_dispatches() -> None:
-    """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell)."""
-    if doorbell.ring(RUN_DUE_DISPATCHES_JOB):
-        send_job(RUN_DUE_DISPATCHES_JOB, [])
+    """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell). A publish the
+    broker refused clears the bell again: no job carries it, so the next ring must try."""
+    if doorbell.ring(RUN_DUE_DISPATCHES_JOB) and not send_job(RUN_DUE_DISPATCHES_JOB, []):
+        doorbell.clear(RUN_DUE_DISPATCHES_JOB)
 
 
 def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:

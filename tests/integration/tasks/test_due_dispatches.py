@@ -129,6 +129,30 @@ def test_claim_due_closes_a_finished_tasks_dispatch_and_goes_on(store, agent):
     assert finished.dispatches.get().state == DispatchState.DONE
 
 
+@pytest.fixture
+def refusing_publisher():
+    """Celery publishes to a port nobody listens on; the doorbell's Redis is still up."""
+    from a2a_platform.celery import app
+
+    def point_at(url):
+        app.conf.broker_write_url = url
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    previous = app.conf.broker_write_url
+    point_at("redis://127.0.0.1:1/0")
+    yield
+    point_at(previous)
+
+
+def test_a_refused_publish_leaves_the_bell_clear_for_the_next_ring(
+    agent, broker, refusing_publisher
+):
+    task = send(agent)
+    assert broker.get(f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}") is None
+    assert task.dispatches.get().state == DispatchState.PENDING  # the sweeper's, in time
+
+
 def test_doorbell_rings_once_until_cleared_or_expired(broker):
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is False
