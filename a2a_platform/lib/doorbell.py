@@ -8,9 +8,10 @@ again. A ring is one Redis command (SET NX with an expiry), against a job publis
 Celery's machinery (docs/decisions.md, "Throughput").
 
 The bell lives in the broker's Redis (`broker_redis`, the client webhooks/wake.py's flag uses
-too) and expires after `RING_SECONDS`, so a job lost with
-its worker stops swallowing rings that soon; the work it would have drained is durable and
-the sweepers re-enqueue it, as they do a lost job of any kind. On a broker that is not Redis
+too) and expires after `RING_SECONDS`, so a job lost with its worker stops swallowing rings
+that soon; the work it would have drained is durable and the sweepers re-enqueue it, as they
+do a lost job of any kind. A publish the broker refused clears the bell at once
+(tasks/dispatch.py `ring_for_due_dispatches`). On a broker that is not Redis
 (the embedded file-system broker), or when Redis refuses the command, every ring says
 publish: the behaviour without a bell.
 """
