@@ -15,13 +15,16 @@ from tasks.states import TaskState
 
 class Task(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    agent = models.ForeignKey("agents.Agent", on_delete=models.PROTECT, related_name="tasks")
-    context_id = models.CharField(max_length=255, db_index=True)
-    # Who created it: "key:<api key uuid>" or "anonymous". Every read is scoped by it.
-    owner = models.CharField(max_length=64, db_index=True)
-    state = models.CharField(
-        max_length=32, choices=[(s.value, s.short) for s in TaskState], db_index=True
+    # Indexed by task_list and task_ctx, which lead with it (every index is paid for on each
+    # status change: no single-column twin of a composite's first column, no LIKE index).
+    agent = models.ForeignKey(
+        "agents.Agent", on_delete=models.PROTECT, related_name="tasks", db_index=False
     )
+    context_id = models.CharField(max_length=255)
+    # Who created it: "key:<api key uuid>" or "anonymous". Every read is scoped by it (with
+    # the agent: task_list).
+    owner = models.CharField(max_length=64)
+    state = models.CharField(max_length=32, choices=[(s.value, s.short) for s in TaskState])
     status_timestamp = models.DateTimeField()
     status_message = models.JSONField(null=True, blank=True, help_text="A2A Message (ProtoJSON)")
     metadata = models.JSONField(default=dict, blank=True)
@@ -40,6 +43,10 @@ class Task(models.Model):
         indexes = [
             models.Index(fields=["agent", "owner", "-status_timestamp", "-id"], name="task_list"),
             models.Index(fields=["agent", "context_id", "-status_timestamp"], name="task_ctx"),
+            # The management API's contextId filter across agents; the dashboard's in-flight
+            # tasks by state.
+            models.Index(fields=["context_id"], name="task_context"),
+            models.Index(fields=["state"], name="task_state"),
         ]
 
     def __str__(self) -> str:
@@ -58,7 +65,9 @@ class MessageRole(models.TextChoices):
 class Message(models.Model):
     """One entry of a task's history, in the order it was appended."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
+    task = models.ForeignKey(  # indexed by msg_task_mid
+        Task, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     message_id = models.CharField(max_length=255)
     role = models.CharField(max_length=16, choices=MessageRole.choices)
     parts = models.JSONField()
@@ -78,7 +87,9 @@ class Message(models.Model):
 class Artifact(models.Model):
     """An artifact assembled from its chunks (append / lastChunk)."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    task = models.ForeignKey(  # indexed by artifact_unique_per_task
+        Task, on_delete=models.CASCADE, related_name="artifacts", db_index=False
+    )
     artifact_id = models.CharField(max_length=255)
     name = models.CharField(max_length=255, blank=True)
     description = models.TextField(blank=True)
@@ -113,7 +124,9 @@ class TaskEvent(models.Model):
     so every cursor is `(task_id, seq)`. `payload` is an A2A StreamResponse (ProtoJSON).
     """
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    task = models.ForeignKey(  # indexed by event_seq_unique_per_task
+        Task, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=EventKind.choices)
     payload = models.JSONField()
@@ -183,7 +196,9 @@ class MessageReceipt(models.Model):
     the same task is answered) from a conflicting reuse of the id (refused).
     """
 
-    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(  # indexed by receipt_unique_message
+        "agents.Agent", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     owner = models.CharField(max_length=64)
     message_id = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)

@@ -52,9 +52,19 @@ class ExecutorContext:
         )
         return (row[0], row[1]) if row else (0, False)
 
+    def latest_user_parts(self) -> list[dict[str, Any]] | None:
+        """The parts of the task's latest user message (None: it has none), one column of one
+        row: a quick executor's whole read (echo's, once per task)."""
+        return (
+            Message.objects.filter(task_id=self.task_id, role=MessageRole.USER)
+            .order_by("-id")
+            .values_list("parts", flat=True)
+            .first()
+        )
+
     def latest_user_text(self) -> str:
-        messages = self.user_messages()
-        return wire.message_text({"parts": messages[-1].parts}) if messages else ""
+        parts = self.latest_user_parts()
+        return wire.message_text({"parts": parts}) if parts is not None else ""
 
     # --- verbs (each one lifecycle service call) -------------------------------------------
     def working(self, text: str | None = None) -> None:

@@ -15,8 +15,8 @@ ECHO_ARTIFACT_ID = "echo"
 
 
 def echo_parts(ctx: ExecutorContext) -> list[dict]:
-    messages = ctx.user_messages()
-    return list(messages[-1].parts) if messages else [{"text": ""}]
+    parts = ctx.latest_user_parts()
+    return list(parts) if parts is not None else [{"text": ""}]
 
 
 def echo_once(ctx: ExecutorContext) -> None:
