@@ -11,6 +11,8 @@ waits.
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from starlette.requests import Request
@@ -73,7 +75,14 @@ def _host_allowed(request: Request) -> bool:
     if settings.A2A_PUBLIC_BASE_URL:  # URLs come from the setting, whatever the Host says
         return True
     host = request.headers.get("host") or request.url.netloc
-    return validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS)
+    return _host_valid(host, tuple(settings.ALLOWED_HOSTS))
+
+
+@functools.lru_cache(maxsize=256)
+def _host_valid(host: str, allowed: tuple[str, ...]) -> bool:
+    """Django's own Host check, remembered per Host header (a few per deployment; bounded,
+    so a client sending a new Host each time costs the check, not memory)."""
+    return validate_host(split_domain_port(host)[0], allowed)
 
 
 def _method_not_allowed(request: Request, route: Route) -> Response:

@@ -51,15 +51,17 @@ def as_protocol_error(exc: Exception) -> ProtocolError:
 def _origin(request: Request) -> str:
     if settings.A2A_PUBLIC_BASE_URL:
         return settings.A2A_PUBLIC_BASE_URL.rstrip("/")
-    return f"{request.url.scheme}://{request.headers.get('host') or request.url.netloc}"
+    # The scheme from the scope: request.url would build the whole URL on every request.
+    host = request.headers.get("host") or request.url.netloc
+    return f"{request.scope.get('scheme', 'http')}://{host}"
 
 
 async def request_ctx(
     request: Request, tenant: str | None, version: str, *, public: bool = False
 ) -> Ctx:
     """The caller's context (agent, auth, version, extensions): from this process's caches
-    when it can, else in one short ORM call."""
-    headers = {k.lower(): v for k, v in request.headers.items()}
+    when it can, else in one short ORM call. A public read (the card) reads no header."""
+    headers = {} if public else {k.lower(): v for k, v in request.headers.items()}
     kw = {"tenant": tenant, "headers": headers, "version": version, "origin": _origin(request)}
     try:
         return build_ctx(**kw, public=public, cache_only=True)

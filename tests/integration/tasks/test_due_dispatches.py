@@ -172,3 +172,33 @@ def test_doorbell_without_redis_always_publishes(settings):
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is True
     doorbell.clear("job")
+
+
+def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agent, broker):
+    """The quick claim stops at the first due row it can lock: no Sort node in its plan, for
+    the custom plan and for the generic one a prepared statement settles on. A sort (an id
+    tie-break the index cannot give) read a batch of the backlog per claim, about 1 ms of
+    PostgreSQL's time a claim under load (docs/decisions.md, "Issue 19, fifth pass")."""
+    from django.db import connection, transaction
+
+    for i in range(40):
+        send(agent, f"m{i}")
+    now = timezone.now()
+    params = {
+        "executors": ["echo"],
+        "since": now - timedelta(seconds=30),
+        "worker": "w",
+        "now": now,
+        "lease": now + timedelta(seconds=30),
+        "terminal": list(task_store._TERMINAL),
+        **task_store._DISPATCH_STATES,
+    }
+    sql = task_store._claim_dispatch_sql(task_store._CLAIM_NEXT)
+    for mode in ("force_custom_plan", "force_generic_plan"):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            plan = json.dumps(cursor.fetchone()[0])
+        assert '"Index Name": "dispatch_due"' in plan, mode
+        assert '"Node Type": "Sort"' not in plan, mode
+        assert '"Node Type": "Incremental Sort"' not in plan, mode
