@@ -15,6 +15,7 @@ What "delivered" means here, for one config:
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from collections.abc import Iterable
@@ -241,3 +242,13 @@ def assert_delivered(
     for delivery in rows[1:]:
         assert json.loads(delivery.body) == events[delivery.seq]
     return records
+
+
+def waits_its_schedule(delivery, wait_seconds: float) -> bool:
+    """A delivery's next try is a schedule's wait after its latest attempt, not at once: at
+    least the wait's lower bound (80 %: webhooks/retry_policy.py's jitter), whenever the
+    test reads it."""
+    from webhooks.models import DeliveryAttempt
+
+    latest = DeliveryAttempt.objects.filter(delivery=delivery).latest("started_at")
+    return delivery.next_attempt_at >= latest.started_at + dt.timedelta(seconds=wait_seconds * 0.8)

@@ -10,13 +10,11 @@ retry an hour away: `A2A_WEBHOOK_RETRY_SCHEDULE`) and `gone` 410 (final: a dead 
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from tests.factories import AgentFactory
 from tests.processes import wait_until
-from tests.webhook_checks import open_task, start_worker
+from tests.webhook_checks import open_task, start_worker, waits_its_schedule
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, OperatorAction
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
@@ -50,13 +48,6 @@ def traffic(api_web, procs, receivers):
         )
         out[name + "_delivery"] = Delivery.objects.get(config=out[f"{name}_config"])
     return out
-
-
-def _waits_its_schedule(delivery: Delivery) -> bool:
-    """Its next try is a schedule's wait after its latest attempt, not at once: at least the
-    wait's lower bound (80 % of an hour: the jitter), whenever the test reads it."""
-    latest = DeliveryAttempt.objects.filter(delivery=delivery).latest("started_at")
-    return delivery.next_attempt_at >= latest.started_at + dt.timedelta(seconds=RETRY_SECONDS * 0.8)
 
 
 def _eid(delivery: Delivery) -> str:
@@ -145,7 +136,7 @@ def test_the_list_its_filters_pages_and_a_delivery_match_the_store(traffic, toke
 
 def test_retry_now_tries_a_waiting_delivery_at_once_and_keeps_its_schedule(traffic, tokens):
     waiting = traffic["flaky_delivery"]
-    assert _waits_its_schedule(waiting)
+    assert waits_its_schedule(waiting, RETRY_SECONDS)
     reader = tokens.client("read", name="reader")
     refused = reader.post("/api/v1/deliveries/retry", json={"ids": [_eid(waiting)]})
     assert refused.status_code == 403, refused.text
@@ -175,7 +166,7 @@ def test_retry_now_tries_a_waiting_delivery_at_once_and_keeps_its_schedule(traff
         message="the retried delivery's second attempt answered",
     )
     assert tried.last_status == 500
-    assert _waits_its_schedule(tried)
+    assert waits_its_schedule(tried, RETRY_SECONDS)
     assert len(traffic["flaky"].records()) == 2
     assert _audited() == [("api:ops-user", "retry_deliveries_now", {"deliveries": [_eid(waiting)]})]
 
