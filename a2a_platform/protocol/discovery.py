@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 _cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
 
 
-async def card(request: Request, route: Route) -> Response | _CardResponse:
+async def card(request: Request, route: Route) -> Response:
     """The agent's card, with an ETag (a 304 for a match) and the agent's max-age."""
     try:
         ctx = await request_ctx(request, route.tenant, V1, public=True)
@@ -64,32 +64,10 @@ async def card(request: Request, route: Route) -> Response | _CardResponse:
             return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
     body, etag = cached[0], cached[1]
     common.card_version_served(ctx.agent.pk, cached[2])
-    if_none_match = request.headers.get("if-none-match")
-    if if_none_match and etag in [t.strip() for t in if_none_match.split(",")]:
-        headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
+    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
         return Response(status_code=304, headers=headers)
-    return _CardResponse(body, etag, ctx.agent.card_max_age)
-
-
-class _CardResponse:
-    """A 200 with the card's bytes, sent as two ASGI messages; what starlette's Response
-    would send (content-type, content-length, ETag, Cache-Control) without building one per
-    request: the card is the platform's most requested URL."""
-
-    __slots__ = ("body", "headers")
-
-    def __init__(self, body: bytes, etag: str, max_age: int) -> None:
-        self.body = body
-        self.headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"etag", etag.encode()),
-            (b"cache-control", f"public, max-age={max_age}".encode()),
-        ]
-
-    async def __call__(self, scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
-        await send({"type": "http.response.body", "body": self.body})
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
