@@ -34,7 +34,7 @@ from tests.factories import user_message
 from tests.processes import wait_until
 from tests.webhook_receiver import ReceiverProcess, Record
 from webhooks.job_names import SWEEP_DELIVERIES_JOB
-from webhooks.models import Delivery, DeliveryState, PushConfig
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushConfig
 from webhooks.receiver import VerifiedDelivery, WebhookVerifier
 from webhooks.services import push_config_create
 
@@ -244,11 +244,9 @@ def assert_delivered(
     return records
 
 
-def waits_its_schedule(delivery, wait_seconds: float) -> bool:
+def waits_its_schedule(delivery: Delivery, wait_seconds: float) -> bool:
     """A delivery's next try is a schedule's wait after its latest attempt, not at once: at
     least the wait's lower bound (80 %: webhooks/retry_policy.py's jitter), whenever the
     test reads it."""
-    from webhooks.models import DeliveryAttempt
-
     latest = DeliveryAttempt.objects.filter(delivery=delivery).latest("started_at")
     return delivery.next_attempt_at >= latest.started_at + dt.timedelta(seconds=wait_seconds * 0.8)
