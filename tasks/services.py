@@ -80,16 +80,32 @@ def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Messag
     return wire.parse_message(message, field=field)
 
 
-def _append_event(task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
+def _append_event(
+    task: Task, kind: str, payload: dict[str, Any], *, held: list[TaskEvent] | None = None
+) -> TaskEvent:
     """The next event of a locked task; also writes the task's lifecycle fields
-    (task_store.LIFECYCLE_FIELDS) as they are now, and queues the hub's NOTIFY."""
+    (task_store.LIFECYCLE_FIELDS) as they are now, and queues the hub's NOTIFY. With `held`,
+    the event is numbered and added to that list instead, for `_write_events` to write with
+    the others of the same transaction in one statement."""
     task.last_seq += 1
     event = TaskEvent(
         task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
     )
-    get_task_store().append_event(task, event)
-    run_event_hooks(task, event)
+    if held is None:
+        _write_events(task, [event])
+    else:
+        held.append(event)
     return event
+
+
+def _write_events(task: Task, events: list[TaskEvent]) -> None:
+    """Write a locked task's new events together (one statement on PostgreSQL), with its
+    lifecycle fields as they are now, then run the event hooks of each in order."""
+    if not events:
+        return
+    get_task_store().append_events(task, events)
+    for event in events:
+        run_event_hooks(task, event)
 
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
@@ -129,12 +145,18 @@ def _agent_status_message(task: Task, message: MessageInput | str | None) -> dic
     return wire.to_json(msg)
 
 
-def _set_status(task: Task, to_state: TaskState, status_message: dict | None) -> None:
+def _set_status(
+    task: Task,
+    to_state: TaskState,
+    status_message: dict | None,
+    *,
+    held: list[TaskEvent] | None = None,
+) -> None:
     check_transition(task.task_state, to_state)
     task.state = to_state.value
     task.status_timestamp = next_status_timestamp(task.status_timestamp, timezone.now())
     task.status_message = status_message
-    _append_event(task, EventKind.STATUS, wire.status_update_json(task))
+    _append_event(task, EventKind.STATUS, wire.status_update_json(task), held=held)
     if to_state in TERMINAL_STATES:
         dispatch_close_active(task)
 
@@ -263,7 +285,8 @@ def task_add_artifact(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        _add_artifact(task, art, chunk, append=append, last_chunk=last_chunk)
+        existing = get_task_store().artifact(task, art.artifact_id)
+        _add_artifact(task, art, chunk, existing, append=append, last_chunk=last_chunk)
     return task
 
 
@@ -277,10 +300,17 @@ def _parse_artifact(
 
 
 def _add_artifact(
-    task: Task, art: a2a_pb2.Artifact, chunk: dict[str, Any], *, append: bool, last_chunk: bool
+    task: Task,
+    art: a2a_pb2.Artifact,
+    chunk: dict[str, Any],
+    existing: Artifact | None,
+    *,
+    append: bool,
+    last_chunk: bool,
+    held: list[TaskEvent] | None = None,
 ) -> None:
-    """The artifact (or chunk) of a locked, non-terminal task, and its event."""
-    existing = get_task_store().artifact(task, art.artifact_id)
+    """The artifact (or chunk) of a locked, non-terminal task, and its event; `existing` is
+    the task's stored artifact of that id, if any."""
     if append and existing is not None:
         if existing.complete:
             raise InvalidPayload("artifact", "its last chunk was already added")
@@ -301,6 +331,7 @@ def _add_artifact(
         task,
         EventKind.ARTIFACT,
         wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
+        held=held,
     )
 
 
@@ -315,8 +346,9 @@ def task_answer(
     task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
     holds a complete artifact of that id (a run resumed after a crash: not sent again), then
     `to_state` with an optional agent status message. The same events as task_transition,
-    task_add_artifact and task_transition in turn; all of them or none commit, so a run
-    killed midway leaves the task as it found it.
+    task_add_artifact and task_transition in turn, written in one statement at the end (the
+    task row written once); all of them or none commit, so a run killed midway leaves the
+    task as it found it.
 
     Raises TaskTerminal when the task finished meanwhile, IllegalTransition as
     task_transition does, TaskNotFound.
@@ -327,15 +359,17 @@ def task_answer(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
+        events: list[TaskEvent] = []
         if task.task_state == TaskState.SUBMITTED:
             # Nothing was answered yet: no artifact of this run can exist.
-            _set_status(task, TaskState.WORKING, None)
+            _set_status(task, TaskState.WORKING, None, held=events)
             done = None
         else:
             done = get_task_store().artifact(task, art.artifact_id)
         if done is None or not done.complete:
-            _add_artifact(task, art, chunk, append=False, last_chunk=True)
-        _set_status(task, to_state, _agent_status_message(task, message))
+            _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=events)
+        _set_status(task, to_state, _agent_status_message(task, message), held=events)
+        _write_events(task, events)
     logger.info(
         "task answered",
         extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},

@@ -131,9 +131,10 @@ class TaskStore(Protocol):
         keeps its pk and created_at, which are set on `artifact`)."""
         ...
 
-    def append_event(self, task: Task, event: TaskEvent) -> None:
-        """Insert the event (it gets its pk), write the task row's LIFECYCLE_FIELDS as they
-        are on `task` (updated_at stamped), and queue the event hub's NOTIFY for commit."""
+    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+        """Insert the events (each gets its pk; one statement on PostgreSQL however many),
+        write the task row's LIFECYCLE_FIELDS as they are on `task` (updated_at stamped), and
+        queue the event hub's NOTIFY for commit."""
         ...
 
     def claim_dispatch(
@@ -306,16 +307,20 @@ def _save_artifact_sql() -> str:
 
 
 @functools.cache
-def _append_event_sql(notify: bool) -> str:
-    """The task row's lifecycle fields, the event row and (queued until COMMIT, dropped on
-    rollback, as NOTIFY is) the event hub's wake-up, in one statement."""
+def _append_events_sql(notify: bool, count: int) -> str:
+    """The task row's lifecycle fields, `count` event rows and (queued until COMMIT, dropped
+    on rollback, as NOTIFY is; one per transaction and task, however many rows ask) the event
+    hub's wake-up, in one statement."""
     fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
     sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
     wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
+    insert = _insert("event0", TaskEvent)
+    head, _, row = insert.partition(" VALUES ")
+    rows = [row] + [row.replace("%(event0_", f"%(event{i}_") for i in range(1, count)]
     return (
         f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), "
-        f"event AS ({_insert('event', TaskEvent)} RETURNING id) "
-        f"SELECT id{wake} FROM event"
+        f"event AS ({head} VALUES {', '.join(rows)} RETURNING id, seq) "
+        f"SELECT id, seq{wake} FROM event"
     )
 
 
@@ -494,15 +499,21 @@ class PgTaskStore:
         _saved(artifact, pk)
         artifact.created_at = created_at
 
-    def append_event(self, task: Task, event: TaskEvent) -> None:
-        params = _values("event", event) | {"task_pk": task.pk}
+    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+        params: dict[str, object] = {"task_pk": task.pk}
+        for i, event in enumerate(events):
+            params |= _values(f"event{i}", event)
         for name in LIFECYCLE_FIELDS:  # as save(update_fields=...) would write them
             field = Task._meta.get_field(name)
             params[f"task_{field.attname}"] = field.get_db_prep_save(
                 field.pre_save(task, False), connection
             )
-        ((pk, *_),) = run_prepared(_append_event_sql(self._notify), params)
-        _saved(event, pk)
+        by_seq = {
+            seq: pk
+            for pk, seq, *_ in run_prepared(_append_events_sql(self._notify, len(events)), params)
+        }
+        for event in events:
+            _saved(event, by_seq[event.seq])
 
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
@@ -631,8 +642,9 @@ class OrmTaskStore:
     def save_artifact(self, artifact: Artifact) -> None:
         artifact.save()
 
-    def append_event(self, task: Task, event: TaskEvent) -> None:
-        event.save(force_insert=True)
+    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+        for event in events:
+            event.save(force_insert=True)
         task.save(update_fields=LIFECYCLE_FIELDS)
         notify_task_event(task.pk)
 

@@ -249,30 +249,37 @@ def test_save_artifact_inserts_then_replaces_in_place_and_artifact_reads_it(agen
     assert (order, by_id) == (["a", "b"], True)
 
 
-def test_append_event_writes_the_event_and_the_tasks_lifecycle_fields(agent, frozen):
+def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(agent, frozen):
     def scenario(store):
         task = store.lock(_open(store, agent).pk)
         frozen.move_to(T0 + timedelta(seconds=3), tick=False)
-        task.state = TaskState.WORKING.value
+        task.state = TaskState.COMPLETED.value
         task.status_timestamp = T0 + timedelta(seconds=2)
         task.status_message = {"role": "ROLE_AGENT"}
-        task.last_seq = 2
+        task.last_seq = 3
         task.metadata = {"not": "a lifecycle field"}  # must not be written
-        event = TaskEvent(task=task, seq=2, kind="status", payload={"s": 2}, created_at=T0)
-        result = store.append_event(task, event)
+        events = [
+            TaskEvent(task=task, seq=2, kind="status", payload={"s": 2}, created_at=T0),
+            TaskEvent(task=task, seq=3, kind="status", payload={"s": 3}, created_at=T0),
+        ]
+        result = store.append_events(task, events)
         frozen.move_to(T0, tick=False)
-        return result, event.pk == TaskEvent.objects.get(seq=2).pk, task.updated_at
+        stored = {e.seq: e.pk for e in TaskEvent.objects.filter(seq__gt=1)}
+        return result, [e.pk for e in events] == [stored[2], stored[3]], task.updated_at
 
     seen = both(scenario)
     assert seen["value"] == [None, True, T0 + timedelta(seconds=3)]
     (task,) = seen["rows"]["Task"]
     assert (task["state"], task["last_seq"], task["metadata"]) == (
-        TaskState.WORKING.value,
-        2,
+        TaskState.COMPLETED.value,
+        3,
         {"m": 1},
     )
     assert task["updated_at"] == T0 + timedelta(seconds=3)
-    assert [e["seq"] for e in seen["rows"]["TaskEvent"]] == [1, 2]
+    assert [(e["seq"], e["payload"]) for e in seen["rows"]["TaskEvent"]][1:] == [
+        (2, {"s": 2}),
+        (3, {"s": 3}),
+    ]
 
 
 @pytest.mark.parametrize(
