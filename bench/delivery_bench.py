@@ -340,8 +340,9 @@ class Producer:
         self.local = threading.local()
         self.sender: httpx.Client | None = None
 
-        def capture(task, event) -> None:  # the baseline's in-memory copy of the event
+        def capture(task, events) -> None:  # the baseline's in-memory copy of the event
             if getattr(self.local, "capture", False):
+                event = events[-1]
                 self.local.event = (str(task.pk), event.seq, event.payload)
 
         register_event_hook(capture)

@@ -2,8 +2,9 @@
 
 The webhooks app registers a hook here (in its AppConfig.ready) to write outbox rows in the
 same transaction as the event, so `tasks` never imports `webhooks` (DESIGN.md, dependencies).
-They run for every event but a task's first (written with the task: nothing can have
-subscribed to it yet).
+They run once per write of a task's new events (the events of one statement together, in
+seq order: an executor's answer is three), for every event but a task's first (written with
+the task: nothing can have subscribed to it yet).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tasks.models import Task, TaskEvent
 
-EventHook = Callable[["Task", "TaskEvent"], None]
+EventHook = Callable[["Task", "list[TaskEvent]"], None]
 _event_hooks: list[EventHook] = []
 
 
@@ -23,6 +24,6 @@ def register_event_hook(hook: EventHook) -> None:
         _event_hooks.append(hook)
 
 
-def run_event_hooks(task: Task, event: TaskEvent) -> None:
+def run_event_hooks(task: Task, events: list[TaskEvent]) -> None:
     for hook in _event_hooks:
-        hook(task, event)
+        hook(task, events)

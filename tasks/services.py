@@ -100,12 +100,11 @@ def _append_event(
 
 def _write_events(task: Task, events: list[TaskEvent]) -> None:
     """Write a locked task's new events together (one statement on PostgreSQL), with its
-    lifecycle fields as they are now, then run the event hooks of each in order."""
+    lifecycle fields as they are now, then run the event hooks on them together."""
     if not events:
         return
     get_task_store().append_events(task, events)
-    for event in events:
-        run_event_hooks(task, event)
+    run_event_hooks(task, events)
 
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:

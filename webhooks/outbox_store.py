@@ -46,6 +46,14 @@ from webhooks.models import (
 )
 
 
+class OutboxEvent(NamedTuple):
+    """A task event the outbox owes its push configs: its seq, kind and the exact body."""
+
+    seq: int
+    kind: str
+    body: str
+
+
 class Head(NamedTuple):
     """A due config and its head delivery, as a claim reads them."""
 
@@ -108,13 +116,13 @@ class OutboxStore(Protocol):
     """The outbox's statements. Each runs inside the caller's transaction and locks config
     rows before delivery rows, like every writer of heads (webhooks/heads.py)."""
 
-    def outbox_write(
-        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
-    ) -> int:
-        """Write one delivery of a task event per current binding of the task's live push
-        configs (config rows locked in id order first): pending, and its config due now
-        unless its head is already scheduled; `held` for a binding a rebind has not activated
-        yet. Returns how many pending deliveries were written (each one wants a pump)."""
+    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
+        """Write one delivery of each of a task's events (in seq order) per current binding
+        of the task's live push configs (config rows locked in id order first), so that each
+        config's deliveries are numbered in its events' order: pending, and its config due
+        now unless its head is already scheduled; `held` for a binding a rebind has not
+        activated yet. Returns how many configs are owed a pending delivery (each wants a
+        pump)."""
         ...
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
@@ -219,9 +227,9 @@ def _outbox_write_sql() -> str:
             "config": "b.config_id",
             "binding": "b.id",
             "task": "%(task)s",
-            "seq": "%(seq)s",
-            "kind": "%(kind)s",
-            "body": "%(body)s",
+            "seq": "e.seq",
+            "kind": "e.kind",
+            "body": "e.body",
             # A rebind's new binding waits for its notice: what it is owed meanwhile is held.
             "state": (
                 f"CASE WHEN b.activated_at IS NULL THEN {_literal(DeliveryState.HELD)} "
@@ -243,7 +251,11 @@ WITH configs AS (
     INSERT INTO {_table(Delivery)} ({columns})
     SELECT {values}
     FROM {_table(PushBinding)} b JOIN configs c ON c.id = b.config_id
+    CROSS JOIN unnest(%(seqs)s::integer[], %(kinds)s::text[], %(bodies)s::text[])
+        WITH ORDINALITY AS e(seq, kind, body, n)
     WHERE b.retired_at IS NULL
+    -- Ids are taken in this order: per config, the deliveries follow the events.
+    ORDER BY e.n, b.id
     RETURNING config_id, state
 )
 UPDATE {_table(PushConfig)} p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
@@ -386,10 +398,14 @@ def statements() -> dict[str, str]:
 class PgOutboxStore:
     """The outbox store as prepared SQL (PostgreSQL only)."""
 
-    def outbox_write(
-        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
-    ) -> int:
-        params = {"task": task_pk, "seq": seq, "kind": kind, "body": body, "now": now}
+    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
+        params = {
+            "task": task_pk,
+            "seqs": [e.seq for e in events],
+            "kinds": [e.kind for e in events],
+            "bodies": [e.body for e in events],
+            "now": now,
+        }
         return len(run_prepared(_outbox_write_sql(), params))
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
@@ -456,9 +472,7 @@ class PgOutboxStore:
 class OrmOutboxStore:
     """The outbox store through the ORM: the same rows on any database."""
 
-    def outbox_write(
-        self, task_pk: uuid.UUID, seq: int, kind: str, body: str, now: datetime
-    ) -> int:
+    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
         bindings = list(
             PushBinding.objects.filter(
                 config__task_id=task_pk, config__deleted_at__isnull=True, retired_at__isnull=True
@@ -466,18 +480,20 @@ class OrmOutboxStore:
         )
         if not bindings:
             return 0
+        bindings.sort()  # in the order the SQL store numbers them: event, then binding
         Delivery.objects.bulk_create(
             Delivery(
                 config_id=config_pk,
                 binding_id=binding_pk,
                 task_id=task_pk,
-                seq=seq,
-                kind=kind,
-                body=body,
+                seq=event.seq,
+                kind=event.kind,
+                body=event.body,
                 next_attempt_at=now,
                 # A rebind's new binding waits for its notice: held until then.
                 state=DeliveryState.PENDING if active else DeliveryState.HELD,
             )
+            for event in events
             for binding_pk, config_pk, active in bindings
         )
         owed = [config_pk for _, config_pk, active in bindings if active]

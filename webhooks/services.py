@@ -52,7 +52,7 @@ from webhooks.models import (
     PushBinding,
     PushConfig,
 )
-from webhooks.outbox_store import get_outbox_store
+from webhooks.outbox_store import OutboxEvent, get_outbox_store
 from webhooks.rebind import client_rebind, client_rebind_applies
 from webhooks.selectors import due_configs
 from webhooks.wake import wake, wake_on_commit
@@ -178,16 +178,19 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         heads.refresh([push.pk])
 
 
-def on_task_event(task: Task, event: TaskEvent) -> None:
-    """The outbox hook, inside the lifecycle transaction: one Delivery per current binding.
+def on_task_event(task: Task, events: list[TaskEvent]) -> None:
+    """The outbox hook, inside the lifecycle transaction: one Delivery per current binding and
+    event, the events of one write in one outbox write.
 
     Status and artifact events are delivered; `message` history entries are not (the stream
     shape of spec §3.1.2 has no place for them).
     """
-    if event.kind not in ("status", "artifact"):
-        return
-    body = body_bytes(event.payload)
-    if get_outbox_store().outbox_write(task.pk, event.seq, event.kind, body, timezone.now()):
+    owed = [
+        OutboxEvent(event.seq, event.kind, body_bytes(event.payload))
+        for event in events
+        if event.kind in ("status", "artifact")
+    ]
+    if owed and get_outbox_store().outbox_write(task.pk, owed, timezone.now()):
         wake_on_commit()
 
 

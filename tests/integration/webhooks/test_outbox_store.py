@@ -24,6 +24,7 @@ from webhooks.outbox_store import (
     AttemptResult,
     NewAttempt,
     OrmOutboxStore,
+    OutboxEvent,
     PgOutboxStore,
     get_outbox_store,
 )
@@ -134,7 +135,7 @@ def test_outbox_write_writes_one_delivery_per_current_binding_in_both(outbox):
     before = Delivery.objects.count()
 
     written, after = assert_same(
-        both(lambda store: store.outbox_write(task.pk, 7, "status", '{"s":1}', T0))
+        both(lambda store: store.outbox_write(task.pk, [OutboxEvent(7, "status", '{"s":1}')], T0))
     )
 
     assert written == 4  # the task's four configs; the other task's is not owed
@@ -142,6 +143,27 @@ def test_outbox_write_writes_one_delivery_per_current_binding_in_both(outbox):
     assert after["event_ids"] == [before + 4]
     owed = {row[0] for row in after["configs"] if row[1] is not None}
     assert pushes["empty"].pk in owed  # nothing was scheduled: due now
+
+
+def test_outbox_write_of_several_events_numbers_each_configs_deliveries_in_event_order(outbox):
+    task, _ = outbox
+    events = [OutboxEvent(7, "status", '{"s":7}'), OutboxEvent(8, "artifact", '{"s":8}')]
+    events.append(OutboxEvent(9, "status", '{"s":9}'))
+    before = Delivery.objects.count()
+
+    def write(store) -> tuple[int, list[list[int]]]:
+        written = store.outbox_write(task.pk, events, T0)
+        by_config: dict[int, list[int]] = {}
+        rows = Delivery.objects.filter(task=task, seq__gte=7).order_by("config_id", "id")
+        for config_pk, seq in rows.values_list("config_id", "seq"):
+            by_config.setdefault(config_pk, []).append(seq)
+        return written, list(by_config.values())
+
+    (written, seqs_by_id), after = assert_same(both(write))
+
+    assert written == 4  # configs owed, however many events
+    assert seqs_by_id == [[7, 8, 9]] * 4  # each config's delivery ids follow its events
+    assert len(after["deliveries"]) == before + 12
 
 
 def test_claim_read_reads_the_same_heads_in_both(outbox):
