@@ -12,8 +12,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
 from agents.card_render import PUSH_CHANNEL_URI
-from tasks.models import Artifact, EventKind, Message, Task, TaskEvent
-from tasks.states import SETTLED_STATES, TaskState
+from tasks.models import Artifact, Message, Task, TaskEvent
 from tasks.task_store import get_task_store
 
 
@@ -106,18 +105,14 @@ def task_page(
 
 
 def task_settled_since(task_id: object, after_seq: int | None) -> tuple[str, int, bool] | None:
-    """(state, last_seq, moved) of a task, None when it is gone. `moved`: a status event came
-    after `after_seq` (always True without one, or while the task is not settled: the caller
-    then waits on the state alone)."""
-    row = Task.objects.filter(pk=task_id).values_list("state", "last_seq").first()
-    if row is None:
+    """(state, last_seq, moved) of a task, None when it is gone (or the id is malformed).
+    `moved`: a status event came after `after_seq` (always True without one, or while the task
+    is not settled: the caller then waits on the state alone). One statement on PostgreSQL."""
+    try:
+        task_pk = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id))
+    except ValueError:
         return None
-    if after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
-        return row[0], row[1], True
-    moved = TaskEvent.objects.filter(
-        task_id=task_id, kind=EventKind.STATUS, seq__gt=after_seq
-    ).exists()
-    return row[0], row[1], moved
+    return get_task_store().settled_since(task_pk, after_seq)
 
 
 def task_event_rows(task_id: object, *, after: int, limit: int) -> list[tuple[int, str, dict]]:

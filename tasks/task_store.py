@@ -44,7 +44,7 @@ from tasks.models import (
     TaskEvent,
 )
 from tasks.notify import CHANNEL, notify_task_event
-from tasks.states import INTERRUPTED_STATES, TERMINAL_STATES
+from tasks.states import INTERRUPTED_STATES, SETTLED_STATES, TERMINAL_STATES, TaskState
 
 # The task fields a lifecycle write may change (the rest are set when the task opens).
 LIFECYCLE_FIELDS = (
@@ -55,6 +55,10 @@ LIFECYCLE_FIELDS = (
     "last_seq",
     "updated_at",
 )
+
+
+# (state, last_seq, moved): what a waiter needs to know whether a task has settled.
+SettledRow = tuple[str, int, bool]
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,12 @@ class TaskStore(Protocol):
     ) -> tuple[Task, list[Message], list[Artifact]] | None:
         """`visible`, `history` (the newest `history_limit`, None all, 0 none) and `artifacts`
         of the task together (one statement on PostgreSQL: GetTask's read), or None."""
+        ...
+
+    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
+        """(state, last_seq, moved) of a task, None when it is gone; `moved`: a status event
+        came after `after_seq` (True without one, or while the task is not settled). One
+        statement on PostgreSQL: a blocking SendMessage's read on each wake-up."""
         ...
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
@@ -220,6 +230,16 @@ def _visible_snapshot_sql() -> str:
         "FROM tasks_artifact x WHERE x.task_id = t.id) "
         "FROM tasks_task t "
         "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
+    )
+
+
+@functools.cache
+def _settled_since_sql() -> str:
+    return (
+        "SELECT t.state, t.last_seq, (%(after)s::integer IS NULL OR NOT t.state = ANY(%(settled)s) "
+        "OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
+        "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) "
+        "FROM tasks_task t WHERE t.id = %(task)s"
     )
 
 
@@ -421,6 +441,8 @@ _DISPATCH_STATES = {
     "done": DispatchState.DONE.value,
 }
 _TERMINAL = sorted(s.value for s in TERMINAL_STATES)
+_SETTLED = sorted(s.value for s in SETTLED_STATES)
+_STATUS = EventKind.STATUS.value
 _INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
 
 
@@ -481,6 +503,11 @@ class PgTaskStore:
         for message in messages:
             message.task = task
         return task, messages, from_json_rows(Artifact, artifacts)
+
+    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
+        params = {"task": task_pk, "after": after_seq, "settled": _SETTLED, "status": _STATUS}
+        rows = run_prepared(_settled_since_sql(), params)
+        return tuple(rows[0]) if rows else None
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
         rows = run_prepared(_history_sql(), {"task": task.pk, "limit": limit})
@@ -628,6 +655,17 @@ class OrmTaskStore:
             return None
         history = self.history(task, history_limit) if history_limit != 0 else []
         return task, history, self.artifacts(task)
+
+    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
+        row = Task.objects.filter(pk=task_pk).values_list("state", "last_seq").first()
+        if row is None:
+            return None
+        if after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
+            return row[0], row[1], True
+        moved = TaskEvent.objects.filter(
+            task_id=task_pk, kind=EventKind.STATUS, seq__gt=after_seq
+        ).exists()
+        return row[0], row[1], moved
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
         newest = task.messages.order_by("-id")

@@ -282,6 +282,36 @@ def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(age
     ]
 
 
+def test_settled_since_says_whether_a_waiter_has_its_answer(agent):
+    def event(task: Task, seq: int, kind: str) -> TaskEvent:
+        return TaskEvent(task=task, seq=seq, kind=kind, payload={}, created_at=T0)
+
+    def scenario(store):
+        gone = store.settled_since(uuid.UUID(int=7), None)
+        task = store.lock(_open(store, agent).pk)
+        submitted = store.settled_since(task.pk, None)
+        task.state, task.last_seq = TaskState.INPUT_REQUIRED.value, 3
+        store.append_events(task, [event(task, 2, "status"), event(task, 3, "message")])
+        # Interrupted: a status event after seq 1 (the one that interrupted it), none after 2.
+        return [
+            gone,
+            submitted,
+            store.settled_since(task.pk, None),
+            store.settled_since(task.pk, 1),
+            store.settled_since(task.pk, 2),
+        ]
+
+    seen = both(scenario)
+    interrupted = TaskState.INPUT_REQUIRED.value
+    assert seen["value"] == [
+        None,
+        [TaskState.SUBMITTED.value, 1, True],
+        [interrupted, 3, True],
+        [interrupted, 3, True],
+        [interrupted, 3, False],
+    ]
+
+
 @pytest.mark.parametrize(
     ("choice", "expected"),
     [("auto", PgTaskStore), ("orm", OrmTaskStore), ("postgres", PgTaskStore)],

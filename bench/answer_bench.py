@@ -1,0 +1,134 @@
+"""An executor's answer alone, in one process: what the worker and PostgreSQL spend per echo
+task once it is claimed (figures, never assertions).
+
+    .venv/bin/python bench/answer_bench.py [--tasks 1500] [--rounds 3]
+
+What runs: a database of the bench's own (`a2a_bench_answer` on the machine's PostgreSQL,
+created afresh, migrated) with one echo agent; in this process, one thread (pinned to CPU 0
+on a machine with two cores or more, PostgreSQL left free) answers --tasks SUBMITTED tasks:
+
+- **answer**: `services.task_answer`, what the echo executor calls (one transaction: WORKING,
+  the artifact and COMPLETED, their events and outbox rows written together);
+- **three services** (the baseline): `task_transition` to WORKING, `task_add_artifact`,
+  `task_transition` to COMPLETED, the same events as three transactions, as an executor that
+  reports each step on its own does.
+
+The two alternate --rounds times each on fresh tasks, so drift in the machine's load hits
+both alike. Per answer: this process's CPU (`time.process_time`), its PostgreSQL backend's
+(from /proc) and the wall time, medians of the rounds; the ratio answer / three services.
+Opening the tasks is not measured. The whole platform under load, against the official SDK:
+bench/sdk_compare.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ECHO_AGENT, PG, ROOT, fresh_database, platform_env  # noqa: E402
+
+DATABASE = "a2a_bench_answer"
+ARTIFACT = {"artifactId": "echo", "name": "echo", "parts": [{"text": "hello"}]}
+
+
+def _backend_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=1500, help="answers per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    url = fresh_database(DATABASE)
+    env = platform_env(url, LOG_LEVEL="WARNING")
+    subprocess.run(
+        [sys.executable, "manage.py", *ECHO_AGENT],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from agents.models import Agent
+    from tasks import services
+    from tasks.states import TaskState
+
+    if (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {0})
+    agent = Agent.objects.get(slug="bench")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+    print(f"# {args.tasks} answers a round, {args.rounds} rounds each, alternating; PG {PG}")
+
+    def open_tasks(n: int) -> list:
+        message = {"role": "ROLE_USER", "parts": [{"text": "hello"}]}
+        return [
+            services.task_send(
+                agent=agent, owner="bench", message={**message, "messageId": f"m-{time.time_ns()}"}
+            ).task.pk
+            for _ in range(n)
+        ]
+
+    def answer(task_id) -> None:
+        services.task_answer(task_id=task_id, artifact=ARTIFACT)
+
+    def three_services(task_id) -> None:
+        services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
+        services.task_add_artifact(task_id=task_id, artifact=ARTIFACT, last_chunk=True)
+        services.task_transition(task_id=task_id, to_state=TaskState.COMPLETED)
+
+    ways = {"answer": answer, "three services": three_services}
+    seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ways}
+    for way in ways.values():  # warm-up: prepared statements, caches
+        for task_id in open_tasks(50):
+            way(task_id)
+    for _ in range(args.rounds):
+        for name, way in ways.items():
+            tasks = open_tasks(args.tasks)
+            cpu, db, wall = time.process_time(), _backend_cpu(backend), time.perf_counter()
+            for task_id in tasks:
+                way(task_id)
+            n = len(tasks)
+            seen[name].append(
+                (
+                    (time.process_time() - cpu) / n * 1e3,
+                    (_backend_cpu(backend) - db) / n * 1e3,
+                    (time.perf_counter() - wall) / n * 1e3,
+                )
+            )
+    medians = {}
+    for name, rows in seen.items():
+        python, postgres, wall = (statistics.median(col) for col in zip(*rows, strict=True))
+        medians[name] = (python, postgres, wall)
+        runs = ", ".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in rows)
+        print(
+            f"  {name:15} per answer (median): Python CPU {python:.2f} ms, PostgreSQL CPU "
+            f"{postgres:.2f} ms, wall {wall:.2f} ms   (rounds, Python/PostgreSQL: {runs})"
+        )
+    one, three = medians["answer"], medians["three services"]
+    print(
+        f"# answer / three services: Python {one[0] / three[0]:.2f}x, "
+        f"PostgreSQL {one[1] / three[1]:.2f}x, wall {one[2] / three[2]:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
