@@ -40,6 +40,7 @@ from tasks.models import (
     ExecutorDispatch,
     Message,
     MessageReceipt,
+    MessageRole,
     Task,
     TaskEvent,
 )
@@ -119,6 +120,11 @@ class TaskStore(Protocol):
     ) -> tuple[Task, list[Message], list[Artifact]] | None:
         """`visible`, `history` (the newest `history_limit`, None all, 0 none) and `artifacts`
         of the task together (one statement on PostgreSQL: GetTask's read), or None."""
+        ...
+
+    def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
+        """The parts of the task's latest user message (None: it has none): a quick executor's
+        whole read, one column of one row."""
         ...
 
     def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
@@ -230,6 +236,14 @@ def _visible_snapshot_sql() -> str:
         "FROM tasks_artifact x WHERE x.task_id = t.id) "
         "FROM tasks_task t "
         "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
+    )
+
+
+@functools.cache
+def _latest_user_parts_sql() -> str:
+    return (
+        "SELECT m.parts FROM tasks_message m WHERE m.task_id = %(task)s AND m.role = %(role)s "
+        "ORDER BY m.id DESC LIMIT 1"
     )
 
 
@@ -443,6 +457,7 @@ _DISPATCH_STATES = {
 _TERMINAL = sorted(s.value for s in TERMINAL_STATES)
 _SETTLED = sorted(s.value for s in SETTLED_STATES)
 _STATUS = EventKind.STATUS.value
+_USER = MessageRole.USER.value
 _INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
 
 
@@ -503,6 +518,12 @@ class PgTaskStore:
         for message in messages:
             message.task = task
         return task, messages, from_json_rows(Artifact, artifacts)
+
+    def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
+        rows = run_prepared(_latest_user_parts_sql(), {"task": task_pk, "role": _USER})
+        if not rows:
+            return None
+        return Message._meta.get_field("parts").from_db_value(rows[0][0], None, connection)
 
     def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
         params = {"task": task_pk, "after": after_seq, "settled": _SETTLED, "status": _STATUS}
@@ -655,6 +676,14 @@ class OrmTaskStore:
             return None
         history = self.history(task, history_limit) if history_limit != 0 else []
         return task, history, self.artifacts(task)
+
+    def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
+        return (
+            Message.objects.filter(task_id=task_pk, role=MessageRole.USER)
+            .order_by("-id")
+            .values_list("parts", flat=True)
+            .first()
+        )
 
     def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
         row = Task.objects.filter(pk=task_pk).values_list("state", "last_seq").first()

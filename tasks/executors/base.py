@@ -17,6 +17,7 @@ from typing import Any
 from tasks import services, wire
 from tasks.models import Artifact, Message, MessageRole, Task
 from tasks.states import TERMINAL_STATES, TaskState
+from tasks.task_store import get_task_store
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,7 @@ class ExecutorContext:
     def latest_user_parts(self) -> list[dict[str, Any]] | None:
         """The parts of the task's latest user message (None: it has none), one column of one
         row: a quick executor's whole read (echo's, once per task)."""
-        return (
-            Message.objects.filter(task_id=self.task_id, role=MessageRole.USER)
-            .order_by("-id")
-            .values_list("parts", flat=True)
-            .first()
-        )
+        return get_task_store().latest_user_parts(uuid.UUID(self.task_id))
 
     def latest_user_text(self) -> str:
         parts = self.latest_user_parts()

@@ -282,6 +282,24 @@ def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(age
     ]
 
 
+def test_latest_user_parts_reads_the_newest_user_message_only(agent):
+    def scenario(store):
+        task = _open(store, agent)  # its first message: a user's, "hi"
+        first = store.latest_user_parts(task.pk)
+        Message.objects.create(task=task, message_id="a1", role="ROLE_AGENT", parts=[{"text": "a"}])
+        after_agent = store.latest_user_parts(task.pk)
+        Message.objects.create(task=task, message_id="u2", role="ROLE_USER", parts=[{"text": "2"}])
+        return [
+            store.latest_user_parts(uuid.UUID(int=7)),
+            first,
+            after_agent,
+            store.latest_user_parts(task.pk),
+        ]
+
+    seen = both(scenario)
+    assert seen["value"] == [None, [{"text": "hi"}], [{"text": "hi"}], [{"text": "2"}]]
+
+
 def test_settled_since_says_whether_a_waiter_has_its_answer(agent):
     def event(task: Task, seq: int, kind: str) -> TaskEvent:
         return TaskEvent(task=task, seq=seq, kind=kind, payload={}, created_at=T0)
