@@ -59,7 +59,8 @@ def _uses_celery(task: Task) -> bool:
 
 
 def _announce_new(dispatch: ExecutorDispatch) -> None:
-    """After commit: ring for a quick executor's dispatch, else publish its own job."""
+    """After commit: wake the quick runner for a quick executor's dispatch, else publish the
+    dispatch's own job."""
     executor = dispatch.task.agent.executor
     if executor in QUICK_EXECUTORS:
         DUE_FLAG.wake_on_commit()
