@@ -89,9 +89,6 @@ DUE_BATCH = 100
 # In a backlog a job claims this many due dispatches in one transaction, then runs them in
 # turn: one claim and one commit per batch instead of per task.
 CLAIM_BATCH = 10
-# A job holding the quick runner's flag claims at least this often while it lingers: a nudge
-# lost while the subscriber reconnects delays a dispatch by this much at most.
-POLL_SECONDS = 0.1
 # A job holding the flag hands over to a fresh job after this long, so a job never runs long
 # and a worker's warm shutdown is quick.
 HOLD_SECONDS = 2.0
@@ -219,7 +216,9 @@ class _Holder:
                 left = self.linger - (now - idle_since)
                 if left <= 0:
                     break
-                self.nudged.wait(min(POLL_SECONDS, left))
+                # No polling: a nudge lost (the subscriber reconnecting) costs at most the
+                # linger, as the claim after the release finds what it announced.
+                self.nudged.wait(left)
                 streak = 0
                 continue
             idle_since = None

@@ -126,8 +126,8 @@ def _wait_for(condition, seconds: float = 10.0) -> None:
 
 
 def test_a_lingering_job_runs_a_task_sent_while_it_waits_on_the_nudge(agent, broker, monkeypatch):
-    # Polls far apart: only the nudge can make the job claim while it still holds the flag.
-    monkeypatch.setattr(runner, "POLL_SECONDS", 30.0)
+    # The job claims on a nudge only: without one it would run the task after its linger,
+    # once it had let the flag go.
     results: list[int] = []
     thread = _run_due_in_thread(results, linger=5.0)
     try:
