@@ -10,7 +10,6 @@ history is skipped (tasks/executors/echo.py, scripted.py).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import threading
@@ -86,9 +85,9 @@ class _LeaseKeeper:
 # How many dispatches one run_due job runs before it hands over to a job of its own (so the
 # jobs queued behind it get their turn).
 DUE_BATCH = 100
-# In a backlog a job claims this many due dispatches in one transaction, then runs them in
-# turn: one claim and one commit per batch instead of per task.
-CLAIM_BATCH = 10
+# A job holding the quick runner's flag claims at least this often while it lingers: a nudge
+# lost while the subscriber reconnects delays a dispatch by this much at most.
+POLL_SECONDS = 0.1
 # A job holding the flag hands over to a fresh job after this long, so a job never runs long
 # and a worker's warm shutdown is quick.
 HOLD_SECONDS = 2.0
@@ -120,15 +119,13 @@ def run_due(*, worker: str, limit: int = DUE_BATCH, linger: float = 0.0) -> int:
     it held the flag. A job that finds the flag held by another, or without nudges (no Redis
     broker), only drains what is due.
 
-    Finding a second dispatch without waiting means a backlog: from then on the job claims
-    CLAIM_BATCH at a time and each batch rings the doorbell, so one more job waits on the
-    queue for a free worker thread to join in as a helper, and past `limit` the rest is left
-    to it."""
+    Finding a second dispatch without waiting means a backlog: from then on each claim rings
+    the doorbell, so one more job waits on the queue for a free worker thread to join in as
+    a helper, and past `limit` the rest is left to it."""
     doorbell.clear(RUN_DUE_DISPATCHES_JOB)
-    claims = _DueClaims(worker)
     ran = 0
     if linger > 0:
-        holder = _Holder(claims, linger)
+        holder = _Holder(worker, linger)
         if holder.start():
             try:
                 ran = holder.run(limit)
@@ -138,45 +135,34 @@ def run_due(*, worker: str, limit: int = DUE_BATCH, linger: float = 0.0) -> int:
             if ran >= limit:
                 DUE_FLAG.wake()  # the successor: sends from now on nudge it
                 return ran
-    # Claims the holder left queued first, then whatever is due now, without waiting.
+    return ran + _drain(worker, limit - ran)
+
+
+def _claim_due(worker: str) -> DispatchClaim | None:
+    return with_reconnect(
+        lambda: dispatch_claim_due(worker=worker), what="dispatch claim", extra={}
+    )
+
+
+def _drain(worker: str, limit: int) -> int:
+    """Run what is due now, up to `limit`, without waiting for more."""
+    ran = 0
     while ran < limit:
-        claim = claims.next(backlog=ran > 0, room=limit - ran)
+        claim = _claim_due(worker)
         if claim is None:
             break
+        if ran:
+            ring_for_due_dispatches()
         _run_claimed(claim, worker)
         ran += 1
     return ran
 
 
-class _DueClaims:
-    """A job's quick claims: one at a time, or in a backlog up to CLAIM_BATCH in one
-    transaction (one claim statement and one commit for them all), run in turn before the
-    job claims again. Each batch found in a backlog rings the doorbell for a helper."""
-
-    def __init__(self, worker: str) -> None:
-        self.worker = worker
-        self._queued: collections.deque[DispatchClaim] = collections.deque()
-
-    def next(self, *, backlog: bool, room: int) -> DispatchClaim | None:
-        if not self._queued:
-            limit = min(CLAIM_BATCH, room) if backlog else 1
-            self._queued.extend(
-                with_reconnect(
-                    lambda: dispatch_claim_due(worker=self.worker, limit=limit),
-                    what="dispatch claim",
-                    extra={},
-                )
-            )
-            if backlog and self._queued:
-                ring_for_due_dispatches()
-        return self._queued.popleft() if self._queued else None
-
-
 class _Holder:
     """A run_due job while it holds the quick runner's wake flag (see `run_due`)."""
 
-    def __init__(self, claims: _DueClaims, linger: float) -> None:
-        self.claims = claims
+    def __init__(self, worker: str, linger: float) -> None:
+        self.worker = worker
         self.linger = linger
         self.token = uuid.uuid4().hex
         self.nudged = threading.Event()
@@ -210,20 +196,20 @@ class _Holder:
                 held_at = now
             # Cleared before the claim: a nudge for a commit the claim misses ends the wait.
             self.nudged.clear()
-            claim = self.claims.next(backlog=streak > 0, room=limit - ran)
+            claim = _claim_due(self.worker)
             if claim is None:
                 idle_since = idle_since if idle_since is not None else now
                 left = self.linger - (now - idle_since)
                 if left <= 0:
                     break
-                # No polling: a nudge lost (the subscriber reconnecting) costs at most the
-                # linger, as the claim after the release finds what it announced.
-                self.nudged.wait(left)
+                self.nudged.wait(min(POLL_SECONDS, left))
                 streak = 0
                 continue
             idle_since = None
+            if streak:
+                ring_for_due_dispatches()
             streak += 1
-            _run_claimed(claim, self.claims.worker)
+            _run_claimed(claim, self.worker)
             ran += 1
         return ran
 

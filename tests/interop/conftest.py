@@ -7,20 +7,16 @@ so what a test writes is committed (the children read it) and flushed after the 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from django.db.models import Q
-from django.utils import timezone
 
 from agents.models import Agent, AuthMode
 from agents.services import api_key_create
 from tests import live, processes
 from tests.factories import AgentFactory
 from tests.readiness_helpers import mark_workers_live
-from webhooks.models import Delivery, DeliveryState
 
 
 @dataclass
@@ -59,31 +55,14 @@ def _live_processes(django_db_setup, django_db_blocker, tmp_path_factory) -> Ite
 
 
 @pytest.fixture
-def live_platform(transactional_db, _live_processes) -> Iterator[LivePlatform]:
+def live_platform(transactional_db, _live_processes) -> LivePlatform:
     """A running web + worker; this test's committed data is visible to both. The worker's
     readiness rows are flushed with every test's data, so they are written again here (the
     gate itself is tested with real beat heartbeats in tests/fault/agents/)."""
     # A web process started for this session has never been ready: its cards answer 503
     # until its readiness sees the live workers (a test that reads a card at once needs it).
     mark_workers_live(web_url=_live_processes.web.url)
-    yield _live_processes
-    _wait_deliveries_settled()
-
-
-def _wait_deliveries_settled(seconds: float = 10.0) -> None:
-    """Before the flush that follows the test: the deliveries the test made due are sent and
-    recorded. The flush truncates every table; a worker recording a delivery meanwhile holds
-    locks the truncate needs while it waits for one the truncate holds (a deadlock the flush
-    lost once)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        busy = Delivery.objects.filter(
-            Q(state=DeliveryState.SENDING)
-            | Q(state=DeliveryState.PENDING, next_attempt_at__lte=timezone.now())
-        )
-        if not busy.exists():
-            return
-        time.sleep(0.05)
+    return _live_processes
 
 
 @pytest.hookimpl(wrapper=True)
