@@ -237,10 +237,6 @@ CELERY_TIMEZONE = "UTC"
 A2A_DISPATCH_LEASE_SECONDS = env.int("A2A_DISPATCH_LEASE_SECONDS", default=60)
 A2A_DISPATCH_UNCLAIMED_SECONDS = env.int("A2A_DISPATCH_UNCLAIMED_SECONDS", default=30)
 A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
-# The quick executors' runner job (echo), out of due dispatches, waits this long for new ones
-# (nudged through Redis) before it exits, so a steady stream of sends rides one job instead
-# of a broker job each (tasks/executors/runner.py run_due; Redis brokers only; 0: no wait).
-A2A_DISPATCH_LINGER_SECONDS = env.float("A2A_DISPATCH_LINGER_SECONDS", default=1)
 A2A_SWEEP_INTERVAL_SECONDS = env.int("A2A_SWEEP_INTERVAL_SECONDS", default=10)
 # Event hub: how often the SQLite fallback polls for new events.
 A2A_EVENT_HUB_POLL_SECONDS = env.float("A2A_EVENT_HUB_POLL_SECONDS", default=0.2)

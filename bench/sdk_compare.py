@@ -22,11 +22,7 @@ is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Eac
 closed loop of --connections connections for --duration seconds after a --warmup run. The
 platform's figures are durable: the task, its events and its outbox rows are committed before
 the answer that depends on them. Printed: req/s, p50/p99, the load generator's CPU use (it
-must not be the bottleneck), the server CPU per request with its split by process, and the
-platform/SDK ratio against the targets of issue 19. Read the split with care: on one
-saturated core the scheduler gives every busy process an even share, so when web and worker
-are both busy (the sends) their figures read alike whatever each costs; the total, and the
-split of a figure that loads one process (GetTask, the card), are what a request costs.
+must not be the bottleneck), and the platform/SDK ratio against the targets of issue 19.
 
 `--profile DIR`: py-spy (pip install py-spy; it needs ptrace, so root or CAP_SYS_PTRACE)
 samples each server process (a Celery worker with its pool children) through every measured

@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.on_commit import enqueue_on_commit, send_job
-from a2a_platform.lib.wake_flag import WakeFlag
 from agents.models import Agent, Executor
 from tasks.errors import NotExternalExecutor
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
@@ -31,27 +30,13 @@ from tasks.task_store import get_task_store
 logger = logging.getLogger(__name__)
 
 
-# Built-in executors whose run is short and never waits: a new dispatch of theirs wakes the
-# quick runner (`DUE_FLAG`) instead of publishing a job of its own, and one
-# RUN_DUE_DISPATCHES_JOB runs every due one in turn (`dispatch_claim_due`), lingering for
-# nudges while new ones keep coming (tasks/executors/runner.py `run_due`). A job's publish
-# and its consumption are then paid once per burst, not once per task (docs/decisions.md,
-# "Throughput"). A run that asks to run again later, a release that finds new input, and
-# the sweeper's re-enqueues still publish the dispatch's own job.
+# Built-in executors whose run is short and never waits: a new dispatch of theirs rings the
+# doorbell instead of publishing a job of its own, and one RUN_DUE_DISPATCHES_JOB runs every
+# due one in turn (`dispatch_claim_due`). A job's publish and its consumption are then paid
+# once per batch, not once per task (docs/decisions.md, "Throughput"). A run that asks to
+# run again later, a release that finds new input, and the sweeper's re-enqueues still
+# publish the dispatch's own job.
 QUICK_EXECUTORS: tuple[str, ...] = (Executor.ECHO,)
-
-# The quick runner's wake flag (a2a_platform/lib/wake_flag.py): held by the job that claims
-# quick dispatches, so a new one nudges it instead of publishing a job. The holder refreshes
-# it every third of this; a flag whose job died (a killed worker) expires after this long,
-# and a dispatch sent meanwhile nudged nobody: it is the sweeper's after
-# A2A_DISPATCH_UNCLAIMED_SECONDS. Short, so that window is short.
-DUE_FLAG_SECONDS = 1.0
-DUE_FLAG = WakeFlag(
-    "a2a:dispatches:due-claiming",
-    "a2a:dispatches:nudge",
-    RUN_DUE_DISPATCHES_JOB,
-    ttl=lambda: DUE_FLAG_SECONDS,
-)
 
 
 def _uses_celery(task: Task) -> bool:
@@ -62,15 +47,14 @@ def _announce_new(dispatch: ExecutorDispatch) -> None:
     """After commit: ring for a quick executor's dispatch, else publish its own job."""
     executor = dispatch.task.agent.executor
     if executor in QUICK_EXECUTORS:
-        DUE_FLAG.wake_on_commit()
+        transaction.on_commit(ring_for_due_dispatches, robust=True)
     elif executor != Executor.EXTERNAL:
         enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
 
 
 def ring_for_due_dispatches() -> None:
-    """A backlog: publish a RUN_DUE_DISPATCHES_JOB to help the one that holds DUE_FLAG,
-    unless such a helper is already waiting (the doorbell). A publish the broker refused
-    clears the bell again: no job carries it, so the next ring must try."""
+    """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell). A publish the
+    broker refused clears the bell again: no job carries it, so the next ring must try."""
     if doorbell.ring(RUN_DUE_DISPATCHES_JOB) and not send_job(RUN_DUE_DISPATCHES_JOB, []):
         doorbell.clear(RUN_DUE_DISPATCHES_JOB)
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 # Runs one executor dispatch (queue `agents`); sent after commit by tasks/dispatch.py.
 RUN_EXECUTOR_JOB = "tasks.run_executor"
 # Runs the quick executors' due dispatches, many per job (queue `agents`); published when a
-# new such dispatch finds the quick runner's wake flag free, or a backlog rings the doorbell
-# for a helper (tasks/dispatch.py).
+# new such dispatch rings the doorbell (tasks/dispatch.py).
 RUN_DUE_DISPATCHES_JOB = "tasks.run_due_dispatches"
 # The dispatch sweeper on beat (queue `heartbeat`): tasks/sweeper.dispatch_sweep.
 SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 
 from celery import shared_task
-from django.conf import settings
 
 # Imported for its signal handlers: worker processes reuse pooled connections per job.
 from tasks import worker_connections  # noqa: F401
@@ -23,9 +22,7 @@ def run_executor_job(self, dispatch_id: int) -> str:
 @shared_task(name=RUN_DUE_DISPATCHES_JOB, bind=True)
 def run_due_dispatches_job(self) -> int:
     worker = self.request.hostname or socket.gethostname()
-    return run_due(
-        worker=f"{worker}:{self.request.id}", linger=settings.A2A_DISPATCH_LINGER_SECONDS
-    )
+    return run_due(worker=f"{worker}:{self.request.id}")
 
 
 @shared_task(name=SWEEP_DISPATCHES_JOB)

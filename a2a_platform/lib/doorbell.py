@@ -7,9 +7,8 @@ that found the bell set is seen by that look, and work committed after the clear
 again. A ring is one Redis command (SET NX with an expiry), against a job publish through
 Celery's machinery (docs/decisions.md, "Throughput").
 
-Used for the quick runner's helpers (tasks/dispatch.py `ring_for_due_dispatches`). The bell
-lives in the broker's Redis (`broker_redis`, the client lib/wake_flag.py's flags use too) and
-expires after `RING_SECONDS`, so a job lost with its worker stops swallowing rings
+The bell lives in the broker's Redis (`broker_redis`, the client webhooks/wake.py's flag uses
+too) and expires after `RING_SECONDS`, so a job lost with its worker stops swallowing rings
 that soon; the work it would have drained is durable and the sweepers re-enqueue it, as they
 do a lost job of any kind. A publish the broker refused clears the bell at once
 (tasks/dispatch.py `ring_for_due_dispatches`). On a broker that is not Redis

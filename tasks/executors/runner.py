@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-import uuid
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -22,8 +20,6 @@ from django.db import close_old_connections
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
 from tasks.dispatch import (
-    DUE_FLAG,
-    DUE_FLAG_SECONDS,
     DispatchClaim,
     dispatch_claim,
     dispatch_claim_due,
@@ -85,12 +81,6 @@ class _LeaseKeeper:
 # How many dispatches one run_due job runs before it hands over to a job of its own (so the
 # jobs queued behind it get their turn).
 DUE_BATCH = 100
-# A job holding the quick runner's flag claims at least this often while it lingers: a nudge
-# lost while the subscriber reconnects delays a dispatch by this much at most.
-POLL_SECONDS = 0.1
-# A job holding the flag hands over to a fresh job after this long, so a job never runs long
-# and a worker's warm shutdown is quick.
-HOLD_SECONDS = 2.0
 
 
 def run_dispatch(*, dispatch_id: int, worker: str) -> str:
@@ -108,47 +98,19 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     return _run_claimed(claim, worker)
 
 
-def run_due(*, worker: str, limit: int = DUE_BATCH, linger: float = 0.0) -> int:
+def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
     """Run the quick executors' due dispatches one after another; returns how many.
 
-    With `linger` (the job's A2A_DISPATCH_LINGER_SECONDS), the job takes the quick runner's
-    wake flag (tasks/dispatch.py DUE_FLAG) unless another job holds it, and holds it while it
-    claims: a dispatch committed meanwhile nudges it instead of publishing a job, and once
-    nothing is due it waits up to `linger` for one. It hands over after HOLD_SECONDS or
-    `limit` runs, releases the flag, and claims once more after, for what was committed while
-    it held the flag. A job that finds the flag held by another, or without nudges (no Redis
-    broker), only drains what is due.
-
-    Finding a second dispatch without waiting means a backlog: from then on each claim rings
-    the doorbell, so one more job waits on the queue for a free worker thread to join in as
-    a helper, and past `limit` the rest is left to it."""
+    The doorbell is cleared first, so a dispatch committed from then on rings for a job of
+    its own. Finding a second dispatch means a backlog: from then on each claim rings, so
+    one more job waits on the queue for a free worker thread to join in, and past `limit`
+    the rest is left to it."""
     doorbell.clear(RUN_DUE_DISPATCHES_JOB)
     ran = 0
-    if linger > 0:
-        holder = _Holder(worker, linger)
-        if holder.start():
-            try:
-                ran = holder.run(limit)
-            finally:
-                DUE_FLAG.release(holder.token)
-                DUE_FLAG.unlisten(holder.on_nudge)
-            if ran >= limit:
-                DUE_FLAG.wake()  # the successor: sends from now on nudge it
-                return ran
-    return ran + _drain(worker, limit - ran)
-
-
-def _claim_due(worker: str) -> DispatchClaim | None:
-    return with_reconnect(
-        lambda: dispatch_claim_due(worker=worker), what="dispatch claim", extra={}
-    )
-
-
-def _drain(worker: str, limit: int) -> int:
-    """Run what is due now, up to `limit`, without waiting for more."""
-    ran = 0
     while ran < limit:
-        claim = _claim_due(worker)
+        claim = with_reconnect(
+            lambda: dispatch_claim_due(worker=worker), what="dispatch claim", extra={}
+        )
         if claim is None:
             break
         if ran:
@@ -156,62 +118,6 @@ def _drain(worker: str, limit: int) -> int:
         _run_claimed(claim, worker)
         ran += 1
     return ran
-
-
-class _Holder:
-    """A run_due job while it holds the quick runner's wake flag (see `run_due`)."""
-
-    def __init__(self, worker: str, linger: float) -> None:
-        self.worker = worker
-        self.linger = linger
-        self.token = uuid.uuid4().hex
-        self.nudged = threading.Event()
-
-    def on_nudge(self, holder: bytes) -> None:
-        if holder == self.token.encode():
-            self.nudged.set()
-
-    def start(self) -> bool:
-        """Listen for nudges, then take the flag; False: drain only (another job holds it, or
-        no nudges without a Redis broker)."""
-        if not DUE_FLAG.listen(self.on_nudge):
-            return False
-        if DUE_FLAG.take(self.token):
-            return True
-        DUE_FLAG.unlisten(self.on_nudge)
-        return False
-
-    def run(self, limit: int) -> int:
-        ran = 0
-        streak = 0  # dispatches found without waiting: a second one is a backlog
-        started = held_at = time.monotonic()
-        idle_since: float | None = None
-        while ran < limit:
-            now = time.monotonic()
-            if now - started >= HOLD_SECONDS:
-                break
-            if now - held_at >= DUE_FLAG_SECONDS / 3:
-                if not DUE_FLAG.refresh(self.token):
-                    break  # this hold lapsed and another job took the flag: it claims now
-                held_at = now
-            # Cleared before the claim: a nudge for a commit the claim misses ends the wait.
-            self.nudged.clear()
-            claim = _claim_due(self.worker)
-            if claim is None:
-                idle_since = idle_since if idle_since is not None else now
-                left = self.linger - (now - idle_since)
-                if left <= 0:
-                    break
-                self.nudged.wait(min(POLL_SECONDS, left))
-                streak = 0
-                continue
-            idle_since = None
-            if streak:
-                ring_for_due_dispatches()
-            streak += 1
-            _run_claimed(claim, self.worker)
-            ran += 1
-        return ran
 
 
 def _run_claimed(claim: DispatchClaim, worker: str) -> str:

@@ -197,9 +197,9 @@ def test_lapsed_lease_of_a_killed_worker_is_re_dispatched(scripted_agent, procs)
 
 
 def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
-    """Scenario D: new echo tasks wake the quick runner with one run_due_dispatches job, and
-    that job is lost (the queue emptied before any worker took it). Its wake flag expires and
-    the sweeper publishes each dispatch's own job: every task completes, none twice."""
+    """Scenario D: new echo tasks ring the doorbell for one run_due_dispatches job, and that
+    job is lost (the queue emptied before any worker took it). The bell expires and the
+    sweeper publishes each dispatch's own job: every task completes, none twice."""
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     broker.delete("agents")
     tasks = [open_task(agent, f"m{i}") for i in range(3)]
@@ -215,5 +215,5 @@ def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
         dispatch = dispatch_of(task)
         assert dispatch.state == DispatchState.DONE
         assert dispatch.claims == 1
-        assert dispatch.enqueues == 2  # the wake, then the sweeper's own job
+        assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
         assert re_enqueued_in(worker, dispatch)

@@ -1,16 +1,12 @@
-"""The quick executors' dispatches: woken for through a wake flag, many run by one job.
+"""The quick executors' dispatches: rung for on the doorbell, many run by one job.
 
-A new echo dispatch wakes the quick runner (tasks/dispatch.py DUE_FLAG, a
-a2a_platform/lib/wake_flag.py flag) instead of publishing a job of its own; one
-tasks.run_due_dispatches job claims the due ones oldest first (dispatch_claim_due, one
-statement on PostgreSQL, the ORM twin on SQLite) and runs them, lingering for nudges while it
-holds the flag; a backlog rings the doorbell (a2a_platform/lib/doorbell.py) for a helper. The
+A new echo dispatch rings the doorbell (a2a_platform/lib/doorbell.py) instead of publishing a
+job of its own; one tasks.run_due_dispatches job claims the due ones oldest first
+(dispatch_claim_due, one statement on PostgreSQL, the ORM twin on SQLite) and runs them. The
 broker is the test's real Redis: the queue is read to count what was published.
 """
 
 import json
-import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -20,8 +16,7 @@ from django.utils import timezone
 
 from a2a_platform.lib import doorbell
 from tasks import services, task_store
-from tasks.dispatch import DUE_FLAG, dispatch_claim_due
-from tasks.executors import runner
+from tasks.dispatch import dispatch_claim_due
 from tasks.executors.runner import run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import DispatchState, ExecutorDispatch, Task
@@ -36,10 +31,9 @@ S = TaskState
 @pytest.fixture
 def broker():
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    keys = ("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}", DUE_FLAG.key)
-    client.delete(*keys)
+    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
     yield client
-    client.delete(*keys)
+    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
 
 
 @pytest.fixture(params=["postgres", "orm"])
@@ -59,16 +53,11 @@ def send(agent, text: str = "hi") -> Task:
     return services.task_create(agent=agent, owner="o", message=user_message(text))
 
 
-def test_new_echo_tasks_wake_one_job(agent, broker):
+def test_new_echo_tasks_ring_once_for_one_job(agent, broker):
     tasks = [send(agent, f"m{i}") for i in range(5)]
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
-    assert broker.get(DUE_FLAG.key) == b"job"  # a job is on its way
-    # The job starts and takes the flag: new tasks nudge it and publish nothing ...
-    assert DUE_FLAG.take("job-1")
-    send(agent, "while it claims")
-    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
-    # ... until it releases the flag: the next new task publishes another.
-    DUE_FLAG.release("job-1")
+    # A job running clears the bell: the next new task rings for another.
+    doorbell.clear(RUN_DUE_DISPATCHES_JOB)
     send(agent, "later")
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB, RUN_DUE_DISPATCHES_JOB]
     assert all(t.dispatches.get().enqueues == 1 for t in tasks)
@@ -102,82 +91,6 @@ def test_a_job_past_its_limit_rings_for_the_rest(agent, broker):
     states = sorted(Task.objects.get(pk=t.pk).task_state.short for t in tasks)
     assert states == ["completed", "completed", "submitted"]
     assert run_due(worker="w2") == 1
-
-
-def _run_due_in_thread(results: list, **kwargs) -> threading.Thread:
-    from django.db import connections
-
-    def job() -> None:
-        try:
-            results.append(run_due(worker="w1", **kwargs))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=job)
-    thread.start()
-    return thread
-
-
-def _wait_for(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
-def test_a_lingering_job_runs_a_task_sent_while_it_waits_on_the_nudge(agent, broker, monkeypatch):
-    # Polls far apart: only the nudge can make the job claim while it still holds the flag.
-    monkeypatch.setattr(runner, "POLL_SECONDS", 30.0)
-    results: list[int] = []
-    thread = _run_due_in_thread(results, linger=5.0)
-    try:
-        _wait_for(lambda: broker.get(DUE_FLAG.key) not in (None, b"job"))
-        holder = broker.get(DUE_FLAG.key)
-        task = send(agent, "sent while the job lingers")
-        _wait_for(lambda: Task.objects.get(pk=task.pk).task_state == S.COMPLETED)
-        # Run by the lingering job, which still holds the flag; no job was published for it.
-        assert broker.get(DUE_FLAG.key) == holder
-        assert published(broker) == []
-    finally:
-        thread.join(timeout=30)
-    assert results == [1]
-    assert broker.get(DUE_FLAG.key) is None  # released as it stopped
-
-
-def test_a_job_that_finds_the_flag_held_drains_without_lingering(agent, broker):
-    tasks = [send(agent, f"m{i}") for i in range(2)]
-    assert DUE_FLAG.take("another-job")
-    results: list[int] = []
-    _run_due_in_thread(results, linger=30.0).join(timeout=20)
-    assert results == [2]  # it returned: no linger, it does not hold the flag
-    assert broker.get(DUE_FLAG.key) == b"another-job"
-    assert all(Task.objects.get(pk=t.pk).task_state == S.COMPLETED for t in tasks)
-
-
-def test_a_job_without_nudges_drains_without_lingering(agent, broker, settings):
-    send(agent)
-    settings.CELERY_BROKER_URL = "filesystem://"  # the embedded broker: no Redis, no flag
-    results: list[int] = []
-    _run_due_in_thread(results, linger=30.0).join(timeout=20)
-    assert results == [1]
-
-
-def test_what_is_sent_as_the_job_lets_go_is_claimed_after_the_release(agent, broker):
-    """A dispatch committed between the job's last claim and its release nudged a job that no
-    longer waits: the claim after the release runs it."""
-    real_release = DUE_FLAG.release
-    late: list[Task] = []
-
-    def release_after_a_send(token):
-        late.append(send(agent, "as the job lets go"))
-        real_release(token)
-
-    DUE_FLAG.release = release_after_a_send
-    try:
-        assert run_due(worker="w1", linger=0.2) == 1
-    finally:
-        DUE_FLAG.release = real_release
-    assert Task.objects.get(pk=late[0].pk).task_state == S.COMPLETED
 
 
 def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scripted_agent):
