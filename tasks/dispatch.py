@@ -150,31 +150,35 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     )
 
 
-def dispatch_claim_due(*, worker: str) -> DispatchClaim | None:
-    """Claim the oldest due dispatch of a quick executor (QUICK_EXECUTORS) for a Celery
-    worker. None: there is none. Dispatches of finished tasks met on the way are marked
-    DONE. Only those due for less than A2A_DISPATCH_UNCLAIMED_SECONDS are looked at (the
-    dispatch_due index's range, whatever else waits in it): an older one is the sweeper's,
-    which publishes its own job."""
+def dispatch_claim_due(*, worker: str, limit: int = 1) -> list[DispatchClaim]:
+    """Claim the oldest `limit` due dispatches of quick executors (QUICK_EXECUTORS) for a
+    Celery worker, in one transaction; empty: there is none. Dispatches of finished tasks met
+    on the way are marked DONE. Only those due for less than A2A_DISPATCH_UNCLAIMED_SECONDS
+    are looked at (the dispatch_due index's range, whatever else waits in it): an older one is
+    the sweeper's, which publishes its own job. Each claim's lease runs from now: the caller
+    runs them in turn (a batch of quick runs ends well within the lease)."""
     now = timezone.now()
     lease_until = now + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
     due_since = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
     while True:
         with transaction.atomic():
-            row = get_task_store().claim_next_dispatch(
-                QUICK_EXECUTORS, due_since, worker, now, lease_until
+            rows = get_task_store().claim_next_dispatches(
+                QUICK_EXECUTORS, due_since, worker, now, lease_until, limit
             )
-        if row is None:
-            return None
-        if row.claimed:
+        claimed = [row for row in rows if row.claimed]
+        if claimed or not rows:  # met only finished tasks' dispatches: look again
             break
-    logger.info(
-        "dispatch claimed",
-        extra={"task_id": str(row.task_id), "dispatch_id": row.dispatch_id, "worker": worker},
-    )
-    return DispatchClaim(
-        row.dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
-    )
+    for row in claimed:
+        logger.info(
+            "dispatch claimed",
+            extra={"task_id": str(row.task_id), "dispatch_id": row.dispatch_id, "worker": worker},
+        )
+    return [
+        DispatchClaim(
+            row.dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
+        )
+        for row in claimed
+    ]
 
 
 def dispatch_claim_next(*, agent: Agent, worker: str) -> DispatchClaim | None:

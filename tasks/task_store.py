@@ -166,17 +166,18 @@ class TaskStore(Protocol):
         """The task finished: its active (pending or claimed) dispatches are DONE."""
         ...
 
-    def claim_next_dispatch(
+    def claim_next_dispatches(
         self,
         executors: tuple[str, ...],
         due_since: datetime,
         worker: str,
         now: datetime,
         lease_until: datetime,
-    ) -> DispatchClaimRow | None:
-        """Claim, as `claim_dispatch` does, the oldest pending dispatch of an agent whose
-        executor is one of `executors` that fell due in (`due_since`, `now`], skipping
-        locked ones. None: there is none."""
+        limit: int,
+    ) -> list[DispatchClaimRow]:
+        """Claim, as `claim_dispatch` does, the oldest `limit` pending dispatches of agents
+        whose executor is one of `executors` that fell due in (`due_since`, `now`], skipping
+        locked ones (one statement on PostgreSQL), oldest first. Empty: there is none."""
         ...
 
     def release_dispatch(
@@ -375,7 +376,7 @@ def _tables() -> dict[str, str]:
 _CLAIM_ONE = "d.id = %(id)s AND d.state = %(pending)s AND d.not_before <= %(now)s "
 _CLAIM_NEXT = (
     "d.state = %(pending)s AND d.not_before <= %(now)s AND d.not_before > %(since)s "
-    "AND a.executor = ANY(%(executors)s) ORDER BY d.not_before LIMIT 1 "
+    "AND a.executor = ANY(%(executors)s) ORDER BY d.not_before LIMIT %(limit)s "
 )
 
 
@@ -566,23 +567,27 @@ class PgTaskStore:
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
     ) -> DispatchClaimRow | None:
-        return self._claim(_CLAIM_ONE, {"id": dispatch_id}, worker, now, lease_until)
+        rows = self._claim(_CLAIM_ONE, {"id": dispatch_id}, worker, now, lease_until)
+        return rows[0] if rows else None
 
     def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
         run_prepared(_close_dispatches_sql(), {"task": task_id, "now": now, **_DISPATCH_STATES})
 
-    def claim_next_dispatch(
+    def claim_next_dispatches(
         self,
         executors: tuple[str, ...],
         due_since: datetime,
         worker: str,
         now: datetime,
         lease_until: datetime,
-    ) -> DispatchClaimRow | None:
-        which = {"executors": list(executors), "since": due_since}
-        return self._claim(_CLAIM_NEXT, which, worker, now, lease_until)
+        limit: int,
+    ) -> list[DispatchClaimRow]:
+        which = {"executors": list(executors), "since": due_since, "limit": limit}
+        claimed = self._claim(_CLAIM_NEXT, which, worker, now, lease_until)
+        # UPDATE … RETURNING follows no order: in the order the dispatches were opened.
+        return sorted(claimed, key=lambda row: row.dispatch_id)
 
-    def _claim(self, which: str, params: dict, worker, now, lease_until) -> DispatchClaimRow | None:
+    def _claim(self, which: str, params: dict, worker, now, lease_until) -> list[DispatchClaimRow]:
         rows = run_prepared(
             _claim_dispatch_sql(which),
             {
@@ -594,11 +599,17 @@ class PgTaskStore:
                 **_DISPATCH_STATES,
             },
         )
-        if not rows:
-            return None
-        claimed, task_id, progress, lease, executor, dispatch_id = rows[0]
-        progress = _PROGRESS.from_db_value(progress, None, connection)
-        return DispatchClaimRow(claimed, task_id, progress, lease, executor, dispatch_id)
+        return [
+            DispatchClaimRow(
+                claimed,
+                task_id,
+                _PROGRESS.from_db_value(progress, None, connection),
+                lease,
+                executor,
+                dispatch_id,
+            )
+            for claimed, task_id, progress, lease, executor, dispatch_id in rows
+        ]
 
     def release_dispatch(
         self,
@@ -728,21 +739,28 @@ class OrmTaskStore:
             state=DispatchState.DONE, lease_expires_at=None, updated_at=now
         )
 
-    def claim_next_dispatch(
+    def claim_next_dispatches(
         self,
         executors: tuple[str, ...],
         due_since: datetime,
         worker: str,
         now: datetime,
         lease_until: datetime,
-    ) -> DispatchClaimRow | None:
+        limit: int,
+    ) -> list[DispatchClaimRow]:
         due = ExecutorDispatch.objects.filter(
             state=DispatchState.PENDING,
             not_before__lte=now,
             not_before__gt=due_since,
             task__agent__executor__in=executors,
         ).order_by("not_before")
-        return self._claim(due, worker, lease_until)
+        claimed = []
+        while len(claimed) < limit:
+            row = self._claim(due, worker, lease_until)
+            if row is None:
+                break
+            claimed.append(row)
+        return claimed
 
     def _claim(self, due, worker: str, lease_until: datetime) -> DispatchClaimRow | None:
         dispatch = (

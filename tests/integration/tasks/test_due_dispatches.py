@@ -17,6 +17,7 @@ from django.utils import timezone
 from a2a_platform.lib import doorbell
 from tasks import services, task_store
 from tasks.dispatch import dispatch_claim_due
+from tasks.executors import runner
 from tasks.executors.runner import run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import DispatchState, ExecutorDispatch, Task
@@ -100,8 +101,8 @@ def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scri
     ExecutorDispatch.objects.filter(pk=new.pk).update(not_before=now - timedelta(seconds=1))
     ExecutorDispatch.objects.filter(pk=later.pk).update(not_before=now + timedelta(minutes=1))
     send(scripted_agent)
-    first = dispatch_claim_due(worker="w1")
-    second = dispatch_claim_due(worker="w1")
+    (first,) = dispatch_claim_due(worker="w1")
+    (second,) = dispatch_claim_due(worker="w1")
     assert (first.dispatch_id, second.dispatch_id) == (old.pk, new.pk)
     assert first.task_id == str(old.task_id)
     assert first.executor == "echo"
@@ -109,14 +110,59 @@ def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scri
     old.refresh_from_db()
     assert (old.state, old.claimed_by, old.claims) == (DispatchState.CLAIMED, "w1", 1)
     # Not yet due, and a scripted agent's: none left to claim.
-    assert dispatch_claim_due(worker="w1") is None
+    assert dispatch_claim_due(worker="w1") == []
+
+
+def test_claim_due_claims_a_batch_oldest_first_in_one_go(store, agent):
+    tasks = [send(agent, f"m{i}") for i in range(5)]
+    now = timezone.now()
+    for age, task in enumerate(reversed(tasks), start=1):  # tasks[0] the oldest
+        task.dispatches.update(not_before=now - timedelta(seconds=age))
+    Task.objects.filter(pk=tasks[1].pk).update(state=S.CANCELED.value)  # finished meanwhile
+    claims = dispatch_claim_due(worker="w1", limit=3)
+    # The three oldest, locked together: the finished task's dispatch closed on the way.
+    assert [c.task_id for c in claims] == [str(tasks[0].pk), str(tasks[2].pk)]
+    for claim in claims:
+        dispatch = ExecutorDispatch.objects.get(pk=claim.dispatch_id)
+        assert (dispatch.state, dispatch.claimed_by, dispatch.claims) == (
+            DispatchState.CLAIMED,
+            "w1",
+            1,
+        )
+        assert dispatch.lease_expires_at == claim.lease_expires_at
+    assert tasks[1].dispatches.get().state == DispatchState.DONE
+    rest = dispatch_claim_due(worker="w2", limit=10)
+    assert [c.task_id for c in rest] == [str(tasks[3].pk), str(tasks[4].pk)]
+
+
+def test_a_backlog_is_claimed_in_batches_and_every_task_run_once(store, agent, broker, monkeypatch):
+    tasks = [send(agent, f"m{i}") for i in range(25)]
+    sizes: list[int] = []
+    real = runner.dispatch_claim_due
+
+    def counted(**kwargs):
+        claims = real(**kwargs)
+        sizes.append(len(claims))
+        return claims
+
+    monkeypatch.setattr(runner, "dispatch_claim_due", counted)
+    broker.delete("agents")
+    assert run_due(worker="w1") == 25
+    # One claim finds the first; from the second on, a backlog: batches of CLAIM_BATCH.
+    assert sizes == [1, 10, 10, 4, 0]
+    # The three batches rang for one helper between them.
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+    for task in tasks:
+        dispatch = task.dispatches.get()
+        assert (dispatch.state, dispatch.claims) == (DispatchState.DONE, 1)
+        assert Task.objects.get(pk=task.pk).task_state == S.COMPLETED
 
 
 def test_claim_due_leaves_a_long_stranded_dispatch_to_the_sweeper(store, agent, settings):
     dispatch = send(agent).dispatches.get()
     stranded = timezone.now() - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS + 1)
     ExecutorDispatch.objects.filter(pk=dispatch.pk).update(not_before=stranded)
-    assert dispatch_claim_due(worker="w1") is None
+    assert dispatch_claim_due(worker="w1") == []
     dispatch.refresh_from_db()
     assert dispatch.state == DispatchState.PENDING
 
@@ -124,7 +170,7 @@ def test_claim_due_leaves_a_long_stranded_dispatch_to_the_sweeper(store, agent, 
 def test_claim_due_closes_a_finished_tasks_dispatch_and_goes_on(store, agent):
     finished, waiting = send(agent, "a"), send(agent, "b")
     Task.objects.filter(pk=finished.pk).update(state=S.CANCELED.value)
-    claim = dispatch_claim_due(worker="w1")
+    (claim,) = dispatch_claim_due(worker="w1")
     assert claim.task_id == str(waiting.pk)
     assert finished.dispatches.get().state == DispatchState.DONE
 
@@ -187,6 +233,7 @@ def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agen
     params = {
         "executors": ["echo"],
         "since": now - timedelta(seconds=30),
+        "limit": 10,
         "worker": "w",
         "now": now,
         "lease": now + timedelta(seconds=30),
