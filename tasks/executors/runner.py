@@ -11,6 +11,7 @@ history is skipped (tasks/executors/echo.py, scripted.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 
@@ -115,7 +116,9 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
     while ran < limit:
         batch = min(CLAIM_BATCH, limit - ran) if ran else 1
         claims = with_reconnect(
-            lambda: dispatch_claim_due(worker=worker, limit=batch), what="dispatch claim", extra={}
+            functools.partial(dispatch_claim_due, worker=worker, limit=batch),
+            what="dispatch claim",
+            extra={},
         )
         if not claims:
             break
