@@ -169,13 +169,15 @@ def _open_task(
     metadata: dict | None,
     card_version_id: int | None = None,
     task_pk: uuid.UUID | None = None,
-) -> tuple[Task, Message]:
+    receipt: MessageReceipt | None = None,
+) -> tuple[Task, Message] | None:
     """Inside a transaction: the rows of a new task, in as few statements as possible
     (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
-    the executor dispatch, written together (task_store.open_task). No NOTIFY: nobody can be
-    waiting on a task id not yet returned. No event hooks either: nothing can have subscribed
-    to a task that does not exist yet (a push config registered with it writes its own
-    snapshot of the task)."""
+    the executor dispatch, written together (task_store.open_task), after the idempotency
+    `receipt` in the same statement when there is one (None: the receipt was taken, a retry;
+    nothing was written). No NOTIFY: nobody can be waiting on a task id not yet returned. No
+    event hooks either: nothing can have subscribed to a task that does not exist yet (a push
+    config registered with it writes its own snapshot of the task)."""
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     if msg.context_id and context_id and msg.context_id != context_id:
@@ -202,7 +204,8 @@ def _open_task(
         created_at=now,
     )
     dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
-    get_task_store().open_task(task, first, event, dispatch)
+    if not get_task_store().open_task(task, first, event, dispatch, receipt):
+        return None
     dispatch_announce_new(dispatch)
     return task, first
 
@@ -458,8 +461,9 @@ def task_send(
     """SendMessage's write: open a task, or continue the one the message names.
 
     With `request_hash` (authenticated callers) the request is idempotent on
-    (agent, owner, messageId): its receipt is claimed first, in the same transaction as the
-    task change (task_store.claim_receipt). A retry, or a concurrent duplicate once the first
+    (agent, owner, messageId): its receipt is claimed in the same transaction as the task
+    change (for a new task in the same statement: task_store.open_task; for a follow-up
+    first: task_store.claim_receipt). A retry, or a concurrent duplicate once the first
     commits, finds the receipt taken, writes nothing and is answered with the earlier task;
     the same id with a different hash raises InvalidPayload. No lookup precedes the claim:
     retries are rare, sends are not. `within(result)` runs inside the transaction after the
@@ -479,6 +483,7 @@ def task_send(
                 raise TaskNotFound(msg.task_id)
         else:
             task_pk = new_task_id or uuid.uuid4()
+        receipt = None
         if request_hash:
             receipt = MessageReceipt(
                 agent=agent,
@@ -487,13 +492,14 @@ def task_send(
                 request_hash=request_hash,
                 task_id=task_pk,
             )
-            if not get_task_store().claim_receipt(receipt):
-                return _replay(agent, owner, msg.message_id, request_hash)
         if msg.task_id:
+            if receipt is not None and not get_task_store().claim_receipt(receipt):
+                return _replay(agent, owner, msg.message_id, request_hash)
             task = task_append_message(task_id=task_pk, message=msg)
             created = False
         else:
-            task, first = _open_task(
+            # The receipt is claimed in the new task's own statement.
+            opened = _open_task(
                 agent=agent,
                 owner=owner,
                 msg=msg,
@@ -501,7 +507,11 @@ def task_send(
                 metadata=metadata,
                 card_version_id=card_version_id,
                 task_pk=task_pk,
+                receipt=receipt,
             )
+            if opened is None:
+                return _replay(agent, owner, msg.message_id, request_hash)
+            task, first = opened
             created = True
         result = SendResult(task, created=created, replayed=False, first_message=first)
         if within is not None:

@@ -95,10 +95,18 @@ class TaskStore(Protocol):
         ...
 
     def open_task(
-        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
-    ) -> None:
+        self,
+        task: Task,
+        message: Message,
+        event: TaskEvent,
+        dispatch: ExecutorDispatch,
+        receipt: MessageReceipt | None = None,
+    ) -> bool:
         """Insert a new task's rows: the task, its first message, its first event and its
-        executor dispatch (one statement on PostgreSQL). Each object gets its pk. No NOTIFY."""
+        executor dispatch (one statement on PostgreSQL). Each object gets its pk. No NOTIFY.
+
+        With `receipt`, it is claimed as `claim_receipt` does, in the same statement: False
+        when it was taken (a retry), and then none of the rows was written."""
         ...
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
@@ -280,13 +288,13 @@ def _insert_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
     return tuple(f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField))
 
 
-def _insert(alias: str, model: type[models.Model]) -> str:
-    """An INSERT of one row of `model`, its values named `<alias>_<attname>` (`_values`)."""
+def _insert(alias: str, model: type[models.Model], when: str | None = None) -> str:
+    """An INSERT of one row of `model`, its values named `<alias>_<attname>` (`_values`);
+    with `when`, only if that condition holds."""
     fields = _insert_fields(model)
-    return (
-        f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) "
-        f"VALUES ({', '.join(f'%({alias}_{f.attname})s' for f in fields)})"
-    )
+    values = ", ".join(f"%({alias}_{f.attname})s" for f in fields)
+    row = f"VALUES ({values})" if when is None else f"SELECT {values} WHERE {when}"
+    return f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) {row}"
 
 
 def _values(alias: str, obj: models.Model) -> dict[str, object]:
@@ -308,12 +316,21 @@ _NEW_TASK_ROWS = (
 
 
 @functools.cache
-def _open_task_sql() -> str:
-    ctes = ", ".join(
-        f"{alias} AS ({_insert(alias, model)} RETURNING id)" for alias, model in _NEW_TASK_ROWS
-    )
-    ids = ", ".join(f"(SELECT id FROM {alias})" for alias in ("message", "event", "dispatch"))
-    return f"WITH {ctes} SELECT {ids}"
+def _open_task_sql(with_receipt: bool) -> str:
+    """The new task's rows; `with_receipt`: after its receipt's claim, and only if the claim
+    inserted it (each row's INSERT … SELECT … WHERE EXISTS: nothing is written on a retry)."""
+    ctes = []
+    when = None
+    if with_receipt:
+        ctes.append(f"receipt AS ({_claim_receipt_sql()})")
+        when = "EXISTS (SELECT FROM receipt)"
+    ctes += [
+        f"{alias} AS ({_insert(alias, model, when)} RETURNING id)"
+        for alias, model in _NEW_TASK_ROWS
+    ]
+    names = ("receipt",) * with_receipt + ("message", "event", "dispatch")
+    ids = ", ".join(f"(SELECT id FROM {alias})" for alias in names)
+    return f"WITH {', '.join(ctes)} SELECT {ids}"
 
 
 @functools.cache
@@ -477,15 +494,26 @@ class PgTaskStore:
         return bool(rows)
 
     def open_task(
-        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
-    ) -> None:
+        self,
+        task: Task,
+        message: Message,
+        event: TaskEvent,
+        dispatch: ExecutorDispatch,
+        receipt: MessageReceipt | None = None,
+    ) -> bool:
         rows = (task, message, event, dispatch)
-        params: dict[str, object] = {}
+        params: dict[str, object] = _values("receipt", receipt) if receipt is not None else {}
         for (alias, _), obj in zip(_NEW_TASK_ROWS, rows, strict=True):
             params |= _values(alias, obj)
-        ((message_pk, event_pk, dispatch_pk),) = run_prepared(_open_task_sql(), params)
-        for obj, pk in zip(rows, (task.pk, message_pk, event_pk, dispatch_pk), strict=True):
+        ((*pks,),) = run_prepared(_open_task_sql(receipt is not None), params)
+        if receipt is not None:
+            receipt_pk = pks.pop(0)
+            if receipt_pk is None:
+                return False
+            _saved(receipt, receipt_pk)
+        for obj, pk in zip(rows, (task.pk, *pks), strict=True):
             _saved(obj, pk)
+        return True
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         rows = run_prepared(_lock_sql(), {"task": task_pk})
@@ -660,10 +688,18 @@ class OrmTaskStore:
         return True
 
     def open_task(
-        self, task: Task, message: Message, event: TaskEvent, dispatch: ExecutorDispatch
-    ) -> None:
+        self,
+        task: Task,
+        message: Message,
+        event: TaskEvent,
+        dispatch: ExecutorDispatch,
+        receipt: MessageReceipt | None = None,
+    ) -> bool:
+        if receipt is not None and not self.claim_receipt(receipt):
+            return False
         for row in (task, message, event, dispatch):
             row.save(force_insert=True)
+        return True
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         return (

@@ -253,3 +253,22 @@ def test_dispatch_claim_is_not_skipped_while_its_task_is_being_written(agent):
         holder.join()
     assert claim is not None
     assert claim.dispatch_id == dispatch.pk
+
+
+def test_concurrent_duplicate_sends_open_one_task_and_replay_it(agent):
+    """The same messageId sent by many callers at once (a client's retries racing): the
+    receipt's unique index makes every send but one wait for the first to commit, then
+    write nothing and answer its task."""
+    message = user_message("once")
+    sends = [
+        lambda: services.task_send(agent=agent, owner="a", message=message, request_hash="h")
+        for _ in range(20)
+    ]
+    results = run_concurrently(sends)
+    assert not [r for r in results if isinstance(r, Exception)]
+    assert sorted((r.created, r.replayed) for r in results) == [(False, True)] * 19 + [
+        (True, False)
+    ]
+    (task,) = Task.objects.all()
+    assert {r.task.pk for r in results} == {task.pk}
+    assert (task.messages.count(), task.dispatches.count(), task.events.count()) == (1, 1, 1)

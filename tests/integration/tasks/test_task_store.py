@@ -143,6 +143,52 @@ def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
     }
 
 
+def test_open_task_with_a_receipt_writes_nothing_when_the_receipt_is_taken(agent):
+    def scenario(store):
+        def attempt(pk: uuid.UUID, request_hash: str):
+            task = Task(
+                id=pk,
+                agent=agent,
+                owner="o",
+                context_id="ctx",
+                state=TaskState.SUBMITTED.value,
+                status_timestamp=T0,
+                last_seq=1,
+            )
+            rows = (
+                Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
+                TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
+                ExecutorDispatch(task=task, not_before=T0, progress={}, enqueues=1),
+            )
+            receipt = MessageReceipt(
+                agent=agent, owner="o", message_id="m1", request_hash=request_hash, task_id=pk
+            )
+            opened = store.open_task(task, *rows, receipt)
+            return opened, receipt.pk is not None, [r._state.adding for r in rows]
+
+        first = attempt(TASK_PK, "h")
+        # A retry of the same messageId (another body, too): refused, and the caller's
+        # transaction goes on.
+        retry = attempt(uuid.UUID(int=2), "h2")
+        return first, retry, MessageReceipt.objects.get().task_id == TASK_PK
+
+    seen = both(scenario)
+    assert seen["value"] == [
+        [True, True, [False, False, False]],
+        [False, False, [True, True, True]],
+        True,
+    ]
+    assert {name: len(rows) for name, rows in seen["rows"].items()} == {
+        "Task": 1,
+        "Message": 1,
+        "Artifact": 0,
+        "TaskEvent": 1,
+        "ExecutorDispatch": 1,
+        "MessageReceipt": 1,
+    }
+    assert seen["rows"]["MessageReceipt"][0]["request_hash"] == "h"
+
+
 def test_claim_receipt_inserts_once_then_refuses_the_retry(agent):
     def scenario(store):
         _open(store, agent)
