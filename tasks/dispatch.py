@@ -90,12 +90,6 @@ def dispatch_announce_new(dispatch: ExecutorDispatch) -> None:
     _announce_new(dispatch)
 
 
-def dispatch_close_active(task: Task) -> None:
-    """Inside a lifecycle transaction: the task finished, nothing is left to run (one
-    prepared statement on PostgreSQL)."""
-    get_task_store().close_dispatches(task.pk, timezone.now())
-
-
 @dataclass(frozen=True)
 class DispatchClaim:
     """A dispatch this worker now holds: run the task until `lease_expires_at`, renewing."""

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks import wire
-from tasks.dispatch import dispatch_announce_new, dispatch_close_active, dispatch_open
+from tasks.dispatch import dispatch_announce_new, dispatch_open
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
 from tasks.models import (
@@ -155,9 +155,8 @@ def _set_status(
     task.state = to_state.value
     task.status_timestamp = next_status_timestamp(task.status_timestamp, timezone.now())
     task.status_message = status_message
+    # A terminal state closes the task's dispatches with its events' write (append_events).
     _append_event(task, EventKind.STATUS, wire.status_update_json(task), held=held)
-    if to_state in TERMINAL_STATES:
-        dispatch_close_active(task)
 
 
 def _open_task(

@@ -158,7 +158,9 @@ class TaskStore(Protocol):
     def append_events(self, task: Task, events: list[TaskEvent]) -> None:
         """Insert the events (each gets its pk; one statement on PostgreSQL however many),
         write the task row's LIFECYCLE_FIELDS as they are on `task` (updated_at stamped), and
-        queue the event hub's NOTIFY for commit."""
+        queue the event hub's NOTIFY for commit. A terminal state written closes the task's
+        active (pending or claimed) dispatches too, DONE: a finished task has nothing left
+        to run."""
         ...
 
     def claim_dispatch(
@@ -168,10 +170,6 @@ class TaskStore(Protocol):
         skipping when another transaction holds it) only the dispatch row. A dispatch whose
         task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
         not yet due, or locked."""
-        ...
-
-    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
-        """The task finished: its active (pending or claimed) dispatches are DONE."""
         ...
 
     def claim_next_dispatches(
@@ -359,18 +357,26 @@ def _save_artifact_sql() -> str:
 
 
 @functools.cache
-def _append_events_sql(notify: bool, count: int) -> str:
-    """The task row's lifecycle fields, `count` event rows and (queued until COMMIT, dropped
-    on rollback, as NOTIFY is; one per transaction and task, however many rows ask) the event
-    hub's wake-up, in one statement."""
+def _append_events_sql(notify: bool, count: int, close: bool) -> str:
+    """The task row's lifecycle fields, `count` event rows, with `close` the task's active
+    dispatches DONE (stamped as the task row), and (queued until COMMIT, dropped on rollback,
+    as NOTIFY is; one per transaction and task, however many rows ask) the event hub's
+    wake-up, in one statement."""
     fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
     sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
     wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
     insert = _insert("event0", TaskEvent)
     head, _, row = insert.partition(" VALUES ")
     rows = [row] + [row.replace("%(event0_", f"%(event{i}_") for i in range(1, count)]
+    closed = (
+        f"closed AS (UPDATE {_tables()['dispatch']} SET state = %(done)s, "
+        "lease_expires_at = NULL, updated_at = %(task_updated_at)s "
+        "WHERE task_id = %(task_pk)s AND state IN (%(pending)s, %(claimed)s)), "
+        if close
+        else ""
+    )
     return (
-        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), "
+        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), {closed}"
         f"event AS ({head} VALUES {', '.join(rows)} RETURNING id, seq) "
         f"SELECT id, seq{wake} FROM event"
     )
@@ -417,14 +423,6 @@ def _claim_dispatch_sql(which: str = _CLAIM_ONE) -> str:
         "updated_at = %(now)s "
         "FROM c WHERE x.id = c.id "
         "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor, x.id"
-    )
-
-
-@functools.cache
-def _close_dispatches_sql() -> str:
-    return (
-        f"UPDATE {_tables()['dispatch']} SET state = %(done)s, lease_expires_at = NULL, "
-        "updated_at = %(now)s WHERE task_id = %(task)s AND state IN (%(pending)s, %(claimed)s)"
     )
 
 
@@ -585,10 +583,11 @@ class PgTaskStore:
             params[f"task_{field.attname}"] = field.get_db_prep_save(
                 field.pre_save(task, False), connection
             )
-        by_seq = {
-            seq: pk
-            for pk, seq, *_ in run_prepared(_append_events_sql(self._notify, len(events)), params)
-        }
+        close = task.task_state in TERMINAL_STATES
+        if close:
+            params |= _DISPATCH_STATES
+        statement = _append_events_sql(self._notify, len(events), close)
+        by_seq = {seq: pk for pk, seq, *_ in run_prepared(statement, params)}
         for event in events:
             _saved(event, by_seq[event.seq])
 
@@ -597,9 +596,6 @@ class PgTaskStore:
     ) -> DispatchClaimRow | None:
         rows = self._claim(_CLAIM_ONE, {"id": dispatch_id}, worker, now, lease_until)
         return rows[0] if rows else None
-
-    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
-        run_prepared(_close_dispatches_sql(), {"task": task_id, "now": now, **_DISPATCH_STATES})
 
     def claim_next_dispatches(
         self,
@@ -760,6 +756,10 @@ class OrmTaskStore:
         for event in events:
             event.save(force_insert=True)
         task.save(update_fields=LIFECYCLE_FIELDS)
+        if task.task_state in TERMINAL_STATES:
+            ExecutorDispatch.objects.filter(
+                task_id=task.pk, state__in=ACTIVE_DISPATCH_STATES
+            ).update(state=DispatchState.DONE, lease_expires_at=None, updated_at=task.updated_at)
         notify_task_event(task.pk)
 
     def claim_dispatch(
@@ -769,11 +769,6 @@ class OrmTaskStore:
             pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now
         )
         return self._claim(due, worker, lease_until)
-
-    def close_dispatches(self, task_id: uuid.UUID, now: datetime) -> None:
-        ExecutorDispatch.objects.filter(task_id=task_id, state__in=ACTIVE_DISPATCH_STATES).update(
-            state=DispatchState.DONE, lease_expires_at=None, updated_at=now
-        )
 
     def claim_next_dispatches(
         self,

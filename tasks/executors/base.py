@@ -30,7 +30,7 @@ class ExecutorContext:
     task_id: str
     progress: dict[str, Any] = field(default_factory=dict)
     # A verb committed a terminal state: that transaction closed the task's dispatch too
-    # (services._set_status), so the runner has no claim left to release.
+    # (task_store.append_events), so the runner has no claim left to release.
     finished: bool = False
 
     # --- reads ---------------------------------------------------------------------------

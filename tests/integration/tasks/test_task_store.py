@@ -20,7 +20,15 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models, transaction
 
-from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
+from tasks.models import (
+    Artifact,
+    DispatchState,
+    ExecutorDispatch,
+    Message,
+    MessageReceipt,
+    Task,
+    TaskEvent,
+)
 from tasks.states import TaskState
 from tasks.task_store import OrmTaskStore, PgTaskStore, TaskStore, get_task_store
 from tests.factories import AgentFactory
@@ -326,6 +334,34 @@ def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(age
         (2, {"s": 2}),
         (3, {"s": 3}),
     ]
+
+
+def test_append_events_of_a_terminal_state_closes_the_tasks_dispatches(agent, frozen):
+    def scenario(store):
+        task = store.lock(_open(store, agent).pk)  # its dispatch: pending
+        ExecutorDispatch.objects.create(
+            task=task, state=DispatchState.DONE, not_before=T0, progress={}, enqueues=1
+        )
+        frozen.move_to(T0 + timedelta(seconds=1), tick=False)
+        task.state, task.last_seq = TaskState.WORKING.value, 2
+        store.append_events(
+            task, [TaskEvent(task=task, seq=2, kind="status", payload={}, created_at=T0)]
+        )
+        still_open = list(ExecutorDispatch.objects.order_by("id").values_list("state", flat=True))
+        frozen.move_to(T0 + timedelta(seconds=2), tick=False)
+        task.state, task.last_seq = TaskState.COMPLETED.value, 3
+        store.append_events(
+            task, [TaskEvent(task=task, seq=3, kind="status", payload={}, created_at=T0)]
+        )
+        frozen.move_to(T0, tick=False)
+        return still_open
+
+    seen = both(scenario)
+    assert seen["value"] == [DispatchState.PENDING, DispatchState.DONE]
+    first, closed_before = seen["rows"]["ExecutorDispatch"]
+    assert (first["state"], first["lease_expires_at"]) == (DispatchState.DONE, None)
+    assert first["updated_at"] == T0 + timedelta(seconds=2)  # stamped as the task row
+    assert closed_before["updated_at"] == T0  # already DONE: untouched
 
 
 def test_latest_user_parts_reads_the_newest_user_message_only(agent):
