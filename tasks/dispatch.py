@@ -99,6 +99,9 @@ class DispatchClaim:
     progress: dict
     lease_expires_at: object
     executor: str = ""  # the task's agent's executor (Executor), when the claim read it
+    # The parts of the task's latest user message, when the claim read them (quick claims:
+    # `dispatch_claim_due`); None: the executor reads them if it needs them.
+    user_parts: list | None = None
 
 
 def _lease_until():
@@ -169,7 +172,12 @@ def dispatch_claim_due(*, worker: str, limit: int = 1) -> list[DispatchClaim]:
         )
     return [
         DispatchClaim(
-            row.dispatch_id, str(row.task_id), row.progress, row.lease_expires_at, row.executor
+            row.dispatch_id,
+            str(row.task_id),
+            row.progress,
+            row.lease_expires_at,
+            row.executor,
+            row.user_parts,
         )
         for row in claimed
     ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -72,6 +72,9 @@ class DispatchClaimRow:
     lease_expires_at: datetime | None
     executor: str  # the task's agent's executor
     dispatch_id: int = 0
+    # The parts of the task's latest user message, read with a quick claim
+    # (`claim_next_dispatches`: the quick executors' whole read); None otherwise.
+    user_parts: list | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,8 @@ class TaskStore(Protocol):
     ) -> list[DispatchClaimRow]:
         """Claim, as `claim_dispatch` does, the oldest `limit` pending dispatches of agents
         whose executor is one of `executors` that fell due in (`due_since`, `now`], skipping
-        locked ones (one statement on PostgreSQL), oldest first. Empty: there is none."""
+        locked ones (one statement on PostgreSQL), oldest first, each claimed one with its
+        task's `latest_user_parts` (`user_parts`). Empty: there is none."""
         ...
 
     def release_dispatch(
@@ -404,10 +408,17 @@ _CLAIM_NEXT = (
 
 
 @functools.cache
-def _claim_dispatch_sql(which: str = _CLAIM_ONE) -> str:
+def _claim_dispatch_sql(which: str = _CLAIM_ONE, user_parts: bool = False) -> str:
     """Lock the due pending dispatch (skip locked, the dispatch row only), then claim it, or
-    mark it DONE when its task is terminal, in one statement."""
+    mark it DONE when its task is terminal, in one statement; with `user_parts`, each claimed
+    one's task's latest user message's parts too (NULL for one marked DONE)."""
     t = _tables()
+    parts = (
+        ", CASE WHEN c.finished THEN NULL ELSE (SELECT m.parts FROM tasks_message m "
+        "WHERE m.task_id = x.task_id AND m.role = %(role)s ORDER BY m.id DESC LIMIT 1) END"
+        if user_parts
+        else ""
+    )
     return (
         "WITH c AS ("
         "SELECT d.id, a.executor, t.state = ANY(%(terminal)s) AS finished "
@@ -423,6 +434,7 @@ def _claim_dispatch_sql(which: str = _CLAIM_ONE) -> str:
         "updated_at = %(now)s "
         "FROM c WHERE x.id = c.id "
         "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor, x.id"
+        f"{parts}"
     )
 
 
@@ -465,6 +477,7 @@ def _release_sql() -> str:
 
 
 _PROGRESS = ExecutorDispatch._meta.get_field("progress")
+_PARTS = Message._meta.get_field("parts")
 _DISPATCH_STATES = {
     "pending": DispatchState.PENDING.value,
     "claimed": DispatchState.CLAIMED.value,
@@ -550,7 +563,7 @@ class PgTaskStore:
         rows = run_prepared(_latest_user_parts_sql(), {"task": task_pk, "role": _USER})
         if not rows:
             return None
-        return Message._meta.get_field("parts").from_db_value(rows[0][0], None, connection)
+        return _PARTS.from_db_value(rows[0][0], None, connection)
 
     def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
         params = {"task": task_pk, "after": after_seq, "settled": _SETTLED, "status": _STATUS}
@@ -606,14 +619,16 @@ class PgTaskStore:
         lease_until: datetime,
         limit: int,
     ) -> list[DispatchClaimRow]:
-        which = {"executors": list(executors), "since": due_since, "limit": limit}
-        claimed = self._claim(_CLAIM_NEXT, which, worker, now, lease_until)
+        which = {"executors": list(executors), "since": due_since, "limit": limit, "role": _USER}
+        claimed = self._claim(_CLAIM_NEXT, which, worker, now, lease_until, user_parts=True)
         # UPDATE … RETURNING follows no order: in the order the dispatches were opened.
         return sorted(claimed, key=lambda row: row.dispatch_id)
 
-    def _claim(self, which: str, params: dict, worker, now, lease_until) -> list[DispatchClaimRow]:
+    def _claim(
+        self, which: str, params: dict, worker, now, lease_until, *, user_parts: bool = False
+    ) -> list[DispatchClaimRow]:
         rows = run_prepared(
-            _claim_dispatch_sql(which),
+            _claim_dispatch_sql(which, user_parts),
             {
                 **params,
                 "worker": worker[:255],
@@ -631,8 +646,9 @@ class PgTaskStore:
                 lease,
                 executor,
                 dispatch_id,
+                _PARTS.from_db_value(parts[0], None, connection) if parts else None,
             )
-            for claimed, task_id, progress, lease, executor, dispatch_id in rows
+            for claimed, task_id, progress, lease, executor, dispatch_id, *parts in rows
         ]
 
     def release_dispatch(
@@ -790,6 +806,8 @@ class OrmTaskStore:
             row = self._claim(due, worker, lease_until)
             if row is None:
                 break
+            if row.claimed:
+                row = replace(row, user_parts=self.latest_user_parts(row.task_id))
             claimed.append(row)
         return claimed
 

@@ -32,6 +32,9 @@ class ExecutorContext:
     # A verb committed a terminal state: that transaction closed the task's dispatch too
     # (task_store.append_events), so the runner has no claim left to release.
     finished: bool = False
+    # The latest user message's parts as the claim read them (a quick executor's claim:
+    # tasks/dispatch.py dispatch_claim_due); None: read when asked.
+    user_parts: list[dict[str, Any]] | None = None
 
     # --- reads ---------------------------------------------------------------------------
     def task(self) -> Task:
@@ -55,7 +58,10 @@ class ExecutorContext:
 
     def latest_user_parts(self) -> list[dict[str, Any]] | None:
         """The parts of the task's latest user message (None: it has none), one column of one
-        row: a quick executor's whole read (echo's, once per task)."""
+        row: a quick executor's whole read (echo's, once per task), read with its claim when
+        it was a quick one (a message that came after the claim is not this run's)."""
+        if self.user_parts is not None:
+            return self.user_parts
         return get_task_store().latest_user_parts(uuid.UUID(self.task_id))
 
     def latest_user_text(self) -> str:

@@ -133,7 +133,9 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
 def _run_claimed(claim: DispatchClaim, worker: str) -> str:
     dispatch_id = claim.dispatch_id
     extra = {"dispatch_id": dispatch_id, "task_id": claim.task_id}
-    ctx = ExecutorContext(task_id=claim.task_id, progress=dict(claim.progress))
+    ctx = ExecutorContext(
+        task_id=claim.task_id, progress=dict(claim.progress), user_parts=claim.user_parts
+    )
 
     def release(**kwargs) -> None:
         with_reconnect(

@@ -107,6 +107,8 @@ def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scri
     assert first.task_id == str(old.task_id)
     assert first.executor == "echo"
     assert first.lease_expires_at > timezone.now()
+    # The echo executor's whole read comes with the claim: the latest user message's parts.
+    assert (first.user_parts, second.user_parts) == ([{"text": "old"}], [{"text": "new"}])
     old.refresh_from_db()
     assert (old.state, old.claimed_by, old.claims) == (DispatchState.CLAIMED, "w1", 1)
     # Not yet due, and a scripted agent's: none left to claim.
@@ -122,6 +124,7 @@ def test_claim_due_claims_a_batch_oldest_first_in_one_go(store, agent):
     claims = dispatch_claim_due(worker="w1", limit=3)
     # The three oldest, locked together: the finished task's dispatch closed on the way.
     assert [c.task_id for c in claims] == [str(tasks[0].pk), str(tasks[2].pk)]
+    assert [c.user_parts for c in claims] == [[{"text": "m0"}], [{"text": "m2"}]]
     for claim in claims:
         dispatch = ExecutorDispatch.objects.get(pk=claim.dispatch_id)
         assert (dispatch.state, dispatch.claimed_by, dispatch.claims) == (
