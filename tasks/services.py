@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from a2a.types import a2a_pb2
@@ -80,31 +80,49 @@ def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Messag
     return wire.parse_message(message, field=field)
 
 
+@dataclass
+class _Held:
+    """A transaction's new events, and the artifact one of them adds, held to be written
+    together at its end (`_write_events`)."""
+
+    events: list[TaskEvent] = field(default_factory=list)
+    artifact: Artifact | None = None
+
+
 def _append_event(
-    task: Task, kind: str, payload: dict[str, Any], *, held: list[TaskEvent] | None = None
+    task: Task,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    held: _Held | None = None,
+    artifact: Artifact | None = None,
 ) -> TaskEvent:
-    """The next event of a locked task; also writes the task's lifecycle fields
-    (task_store.LIFECYCLE_FIELDS) as they are now, and queues the hub's NOTIFY. With `held`,
-    the event is numbered and added to that list instead, for `_write_events` to write with
-    the others of the same transaction in one statement."""
+    """The next event of a locked task (with `artifact`, the artifact row it adds); also
+    writes the task's lifecycle fields (task_store.LIFECYCLE_FIELDS) as they are now, and
+    queues the hub's NOTIFY. With `held`, the event (and artifact) is numbered and held
+    instead, for `_write_events` to write with the others of the same transaction in one
+    statement."""
     task.last_seq += 1
     event = TaskEvent(
         task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
     )
     if held is None:
-        _write_events(task, [event])
+        _write_events(task, _Held([event], artifact))
     else:
-        held.append(event)
+        held.events.append(event)
+        if artifact is not None:
+            held.artifact = artifact
     return event
 
 
-def _write_events(task: Task, events: list[TaskEvent]) -> None:
-    """Write a locked task's new events together (one statement on PostgreSQL), with its
-    lifecycle fields as they are now, then run the event hooks on them together."""
-    if not events:
+def _write_events(task: Task, held: _Held) -> None:
+    """Write a locked task's new events together, with the artifact one adds and its lifecycle
+    fields as they are now (one statement on PostgreSQL), then run the event hooks on them
+    together."""
+    if not held.events:
         return
-    get_task_store().append_events(task, events)
-    run_event_hooks(task, events)
+    get_task_store().append_events(task, held.events, held.artifact)
+    run_event_hooks(task, held.events)
 
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
@@ -149,7 +167,7 @@ def _set_status(
     to_state: TaskState,
     status_message: dict | None,
     *,
-    held: list[TaskEvent] | None = None,
+    held: _Held | None = None,
 ) -> None:
     check_transition(task.task_state, to_state)
     task.state = to_state.value
@@ -308,7 +326,7 @@ def _add_artifact(
     *,
     append: bool,
     last_chunk: bool,
-    held: list[TaskEvent] | None = None,
+    held: _Held | None = None,
 ) -> None:
     """The artifact (or chunk) of a locked, non-terminal task, and its event; `existing` is
     the task's stored artifact of that id, if any."""
@@ -327,12 +345,12 @@ def _add_artifact(
         existing.extensions = list(art.extensions)
         existing.complete = last_chunk
         existing.chunks = 1
-    get_task_store().save_artifact(existing)
     _append_event(
         task,
         EventKind.ARTIFACT,
         wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
         held=held,
+        artifact=existing,
     )
 
 
@@ -360,17 +378,17 @@ def task_answer(
         task = lock_task(task_id)
         if task.task_state in TERMINAL_STATES:
             raise TaskTerminal(task.id, task.state)
-        events: list[TaskEvent] = []
+        held = _Held()
         if task.task_state == TaskState.SUBMITTED:
             # Nothing was answered yet: no artifact of this run can exist.
-            _set_status(task, TaskState.WORKING, None, held=events)
+            _set_status(task, TaskState.WORKING, None, held=held)
             done = None
         else:
             done = get_task_store().artifact(task, art.artifact_id)
         if done is None or not done.complete:
-            _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=events)
-        _set_status(task, to_state, _agent_status_message(task, message), held=events)
-        _write_events(task, events)
+            _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=held)
+        _set_status(task, to_state, _agent_status_message(task, message), held=held)
+        _write_events(task, held)
     logger.info(
         "task answered",
         extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},

@@ -153,17 +153,16 @@ class TaskStore(Protocol):
         """The task's artifacts in the order they were first added."""
         ...
 
-    def save_artifact(self, artifact: Artifact) -> None:
-        """Insert the artifact, or replace the one with its (task, artifactId) in place (it
-        keeps its pk and created_at, which are set on `artifact`)."""
-        ...
-
-    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+    def append_events(
+        self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
+    ) -> None:
         """Insert the events (each gets its pk; one statement on PostgreSQL however many),
         write the task row's LIFECYCLE_FIELDS as they are on `task` (updated_at stamped), and
         queue the event hub's NOTIFY for commit. A terminal state written closes the task's
         active (pending or claimed) dispatches too, DONE: a finished task has nothing left
-        to run."""
+        to run. With `artifact` (the one an artifact event among them adds), insert it, or
+        replace the one with its (task, artifactId) in place (it keeps its pk and created_at,
+        which are set on `artifact`), in the same statement."""
         ...
 
     def claim_dispatch(
@@ -349,7 +348,6 @@ def _saved(obj: models.Model, pk: object) -> None:
     obj._state.db = connection.alias
 
 
-@functools.cache
 def _save_artifact_sql() -> str:
     """Insert, or replace in place (the row keeps its id and created_at)."""
     kept = {"task_id", "artifact_id", "created_at"}
@@ -361,11 +359,12 @@ def _save_artifact_sql() -> str:
 
 
 @functools.cache
-def _append_events_sql(notify: bool, count: int, close: bool) -> str:
+def _append_events_sql(notify: bool, count: int, close: bool, artifact: bool) -> str:
     """The task row's lifecycle fields, `count` event rows, with `close` the task's active
-    dispatches DONE (stamped as the task row), and (queued until COMMIT, dropped on rollback,
-    as NOTIFY is; one per transaction and task, however many rows ask) the event hub's
-    wake-up, in one statement."""
+    dispatches DONE (stamped as the task row), with `artifact` the artifact saved (its id and
+    created_at on every row returned), and (queued until COMMIT, dropped on rollback, as
+    NOTIFY is; one per transaction and task, however many rows ask) the event hub's wake-up,
+    in one statement."""
     fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
     sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
     wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
@@ -379,10 +378,14 @@ def _append_events_sql(notify: bool, count: int, close: bool) -> str:
         if close
         else ""
     )
+    saved, saved_cols = "", ""
+    if artifact:
+        saved = f"saved AS ({_save_artifact_sql()}), "
+        saved_cols = ", (SELECT id FROM saved), (SELECT created_at FROM saved)"
     return (
-        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), {closed}"
+        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), {closed}{saved}"
         f"event AS ({head} VALUES {', '.join(rows)} RETURNING id, seq) "
-        f"SELECT id, seq{wake} FROM event"
+        f"SELECT id, seq{saved_cols}{wake} FROM event"
     )
 
 
@@ -582,13 +585,12 @@ class PgTaskStore:
             from_row(Artifact, row) for row in run_prepared(_artifacts_sql(), {"task": task.pk})
         ]
 
-    def save_artifact(self, artifact: Artifact) -> None:
-        ((pk, created_at),) = run_prepared(_save_artifact_sql(), _values("artifact", artifact))
-        _saved(artifact, pk)
-        artifact.created_at = created_at
-
-    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+    def append_events(
+        self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
+    ) -> None:
         params: dict[str, object] = {"task_pk": task.pk}
+        if artifact is not None:
+            params |= _values("artifact", artifact)
         for i, event in enumerate(events):
             params |= _values(f"event{i}", event)
         for name in LIFECYCLE_FIELDS:  # as save(update_fields=...) would write them
@@ -599,10 +601,14 @@ class PgTaskStore:
         close = task.task_state in TERMINAL_STATES
         if close:
             params |= _DISPATCH_STATES
-        statement = _append_events_sql(self._notify, len(events), close)
-        by_seq = {seq: pk for pk, seq, *_ in run_prepared(statement, params)}
+        statement = _append_events_sql(self._notify, len(events), close, artifact is not None)
+        rows = run_prepared(statement, params)
+        by_seq = {seq: pk for pk, seq, *_ in rows}
         for event in events:
             _saved(event, by_seq[event.seq])
+        if artifact is not None:
+            _, _, pk, artifact.created_at, *_ = rows[0]
+            _saved(artifact, pk)
 
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
@@ -765,10 +771,11 @@ class OrmTaskStore:
     def artifacts(self, task: Task) -> list[Artifact]:
         return list(task.artifacts.order_by("id"))
 
-    def save_artifact(self, artifact: Artifact) -> None:
-        artifact.save()
-
-    def append_events(self, task: Task, events: list[TaskEvent]) -> None:
+    def append_events(
+        self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
+    ) -> None:
+        if artifact is not None:
+            artifact.save()
         for event in events:
             event.save(force_insert=True)
         task.save(update_fields=LIFECYCLE_FIELDS)

@@ -268,11 +268,18 @@ def test_history_oldest_first_all_or_the_newest_n(agent):
     assert same_task
 
 
-def test_save_artifact_inserts_then_replaces_in_place_and_artifact_reads_it(agent, frozen):
+def test_append_events_saves_the_artifact_inserted_then_replaced_in_place(agent, frozen):
     def scenario(store):
         task = _open(store, agent)
+
+        def save_artifact(artifact: Artifact) -> None:
+            task.last_seq += 1
+            event = TaskEvent(task=task, seq=task.last_seq, kind="artifact", payload={})
+            event.created_at = T0
+            return store.append_events(task, [event], artifact)
+
         first = Artifact(task=task, artifact_id="a", name="one", parts=[{"text": "1"}])
-        inserted = store.save_artifact(first)
+        inserted = save_artifact(first)
         first_pk = first.pk
         missing = store.artifact(task, "nope")
         frozen.move_to(T0 + timedelta(seconds=5), tick=False)
@@ -280,9 +287,9 @@ def test_save_artifact_inserts_then_replaces_in_place_and_artifact_reads_it(agen
         existing.parts = existing.parts + [{"text": "2"}]
         existing.chunks += 1
         existing.complete = True
-        store.save_artifact(existing)
+        save_artifact(existing)
         second = Artifact(task=task, artifact_id="b", parts=[{"text": "b"}])
-        store.save_artifact(second)
+        save_artifact(second)
         frozen.move_to(T0, tick=False)
         listed = store.artifacts(task)
         return (
@@ -301,6 +308,8 @@ def test_save_artifact_inserts_then_replaces_in_place_and_artifact_reads_it(agen
     assert stored[1]["parts"] == [{"text": "1"}, {"text": "2"}]
     assert stored[1]["updated_at"] == T0 + timedelta(seconds=5)
     assert (order, by_id) == (["a", "b"], True)
+    # Each save came with its event, in the same write.
+    assert [e["seq"] for e in seen["rows"]["TaskEvent"]] == [1, 2, 3, 4]
 
 
 def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(agent, frozen):
