@@ -134,8 +134,8 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     """
     now = timezone.now()
     lease_until = now + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
-    with transaction.atomic():
-        row = get_task_store().claim_dispatch(dispatch_id, worker, now, lease_until)
+    # Atomic on its own: no transaction around it (no BEGIN and COMMIT round trips).
+    row = get_task_store().claim_dispatch(dispatch_id, worker, now, lease_until)
     if row is None or not row.claimed:
         return None
     logger.info(
@@ -158,10 +158,10 @@ def dispatch_claim_due(*, worker: str, limit: int = 1) -> list[DispatchClaim]:
     lease_until = now + timedelta(seconds=settings.A2A_DISPATCH_LEASE_SECONDS)
     due_since = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
     while True:
-        with transaction.atomic():
-            rows = get_task_store().claim_next_dispatches(
-                QUICK_EXECUTORS, due_since, worker, now, lease_until, limit
-            )
+        # Atomic on its own: no transaction around it (no BEGIN and COMMIT round trips).
+        rows = get_task_store().claim_next_dispatches(
+            QUICK_EXECUTORS, due_since, worker, now, lease_until, limit
+        )
         claimed = [row for row in rows if row.claimed]
         if claimed or not rows:  # met only finished tasks' dispatches: look again
             break

@@ -10,9 +10,10 @@ executors' and other services' transactions, whose commit then carries their NOT
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -493,7 +494,10 @@ def task_send(
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     first = None
-    with transaction.atomic(durable=True):
+    # A new task with nothing written beside it is one write, atomic on its own
+    # (task_store.open_task): no transaction around it, so no BEGIN and COMMIT round trips.
+    alone = not msg.task_id and within is None
+    with _durable_write(alone):
         if msg.task_id:
             task_pk = _uuid_or_none(msg.task_id)
             if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
@@ -536,6 +540,23 @@ def task_send(
     if created:
         logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
     return result
+
+
+@contextlib.contextmanager
+def _durable_write(alone: bool) -> Iterator[None]:
+    """An outermost write (never inside a caller's transaction: its NOTIFY and jobs would
+    move to the caller's commit): a transaction, unless `alone`, a write that is one store
+    call atomic on its own, which commits as it returns. Either way a surrounding transaction
+    raises RuntimeError, as transaction.atomic(durable=True) does."""
+    if not alone:
+        with transaction.atomic(durable=True):
+            yield
+        return
+    # Django's own durability check (and its allowance for a test case's transaction),
+    # free: psycopg sends BEGIN only with a first statement, and no COMMIT without one.
+    with transaction.atomic(durable=True):
+        pass
+    yield
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:

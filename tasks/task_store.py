@@ -1,7 +1,9 @@
 """The lifecycle's hot statements, for PostgreSQL and for the embedded database.
 
 tasks/services.py decides (the state machine, the artifact chunk rules, what the event says);
-this module only reads and writes the rows, inside the caller's transaction. `TaskStore` is
+this module only reads and writes the rows, inside the caller's transaction (the few calls
+documented as atomic on their own may also run outside one: one statement on PostgreSQL
+commits as it returns, without BEGIN and COMMIT round trips). `TaskStore` is
 the interface, one docstring per method; two implementations, as Django's database backends
 implement one set of operations per vendor:
 
@@ -106,7 +108,8 @@ class TaskStore(Protocol):
         receipt: MessageReceipt | None = None,
     ) -> bool:
         """Insert a new task's rows: the task, its first message, its first event and its
-        executor dispatch (one statement on PostgreSQL). Each object gets its pk. No NOTIFY.
+        executor dispatch (one statement on PostgreSQL), atomic on its own: outside a
+        transaction it commits as it returns. Each object gets its pk. No NOTIFY.
 
         With `receipt`, it is claimed as `claim_receipt` does, in the same statement: False
         when it was taken (a retry), and then none of the rows was written."""
@@ -171,7 +174,7 @@ class TaskStore(Protocol):
         """Claim a pending, due dispatch for `worker` until `lease_until`, locking (and
         skipping when another transaction holds it) only the dispatch row. A dispatch whose
         task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
-        not yet due, or locked."""
+        not yet due, or locked. Atomic on its own (`open_task`)."""
         ...
 
     def claim_next_dispatches(
@@ -186,7 +189,8 @@ class TaskStore(Protocol):
         """Claim, as `claim_dispatch` does, the oldest `limit` pending dispatches of agents
         whose executor is one of `executors` that fell due in (`due_since`, `now`], skipping
         locked ones (one statement on PostgreSQL), oldest first, each claimed one with its
-        task's `latest_user_parts` (`user_parts`). Empty: there is none."""
+        task's `latest_user_parts` (`user_parts`). Empty: there is none. Atomic on its own
+        (`open_task`)."""
         ...
 
     def release_dispatch(
@@ -713,10 +717,11 @@ class OrmTaskStore:
         dispatch: ExecutorDispatch,
         receipt: MessageReceipt | None = None,
     ) -> bool:
-        if receipt is not None and not self.claim_receipt(receipt):
-            return False
-        for row in (task, message, event, dispatch):
-            row.save(force_insert=True)
+        with transaction.atomic():  # atomic on its own, as the one statement is
+            if receipt is not None and not self.claim_receipt(receipt):
+                return False
+            for row in (task, message, event, dispatch):
+                row.save(force_insert=True)
         return True
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
@@ -791,7 +796,8 @@ class OrmTaskStore:
         due = ExecutorDispatch.objects.filter(
             pk=dispatch_id, state=DispatchState.PENDING, not_before__lte=now
         )
-        return self._claim(due, worker, lease_until)
+        with transaction.atomic():  # atomic on its own, as the one statement is
+            return self._claim(due, worker, lease_until)
 
     def claim_next_dispatches(
         self,
@@ -809,13 +815,14 @@ class OrmTaskStore:
             task__agent__executor__in=executors,
         ).order_by("not_before")
         claimed = []
-        while len(claimed) < limit:
-            row = self._claim(due, worker, lease_until)
-            if row is None:
-                break
-            if row.claimed:
-                row = replace(row, user_parts=self.latest_user_parts(row.task_id))
-            claimed.append(row)
+        with transaction.atomic():  # atomic on its own, as the one statement is
+            while len(claimed) < limit:
+                row = self._claim(due, worker, lease_until)
+                if row is None:
+                    break
+                if row.claimed:
+                    row = replace(row, user_parts=self.latest_user_parts(row.task_id))
+                claimed.append(row)
         return claimed
 
     def _claim(self, due, worker: str, lease_until: datetime) -> DispatchClaimRow | None:

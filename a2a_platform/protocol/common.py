@@ -224,7 +224,8 @@ async def accept_message(
             request_hash=request_hash,
             metadata=metadata,
             card_version_id=_card_version_id(ctx.agent),
-            within=within,
+            # Nothing to write beside a new task: task_send writes it alone (one statement).
+            within=within if inline_push is not None or render_snapshot else None,
             new_task_id=new_task_id,
         )
         return Accepted(result, history_length, config.return_immediately, written)

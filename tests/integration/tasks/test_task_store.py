@@ -469,3 +469,38 @@ def test_services_and_selectors_use_the_store_the_setting_chooses(
     assert selectors.task_for_owner(agent_id=agent.pk, owner="o", task_id=task.pk) is not None
     prefix = {"orm": "OrmTaskStore", "postgres": "PgTaskStore"}[choice]
     assert used == [f"{prefix}.open_task", f"{prefix}.visible"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", list(STORES))
+def test_open_task_outside_a_transaction_writes_all_its_rows_or_none(name, agent):
+    """task_send runs a new task's write alone, without a transaction around it: the call
+    itself must be atomic (one statement; the ORM twin's own transaction)."""
+    from django.db import IntegrityError, connection
+
+    store = STORES[name]
+    assert not connection.in_atomic_block
+
+    def rows(pk: uuid.UUID, progress) -> tuple:
+        task = Task(
+            id=pk,
+            agent=agent,
+            owner="o",
+            context_id="ctx",
+            state=TaskState.SUBMITTED.value,
+            status_timestamp=T0,
+            last_seq=1,
+        )
+        return (
+            task,
+            Message(task=task, message_id=str(pk), role="ROLE_USER", parts=[{"text": "hi"}]),
+            TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
+            ExecutorDispatch(task=task, not_before=T0, progress=progress, enqueues=1),
+        )
+
+    # The last row cannot be written (progress is NOT NULL): nothing of the task stays.
+    with pytest.raises(IntegrityError):
+        store.open_task(*rows(uuid.UUID(int=7), None))
+    assert (Task.objects.count(), Message.objects.count(), TaskEvent.objects.count()) == (0, 0, 0)
+    assert store.open_task(*rows(uuid.UUID(int=8), {}))
+    assert Task.objects.get().pk == uuid.UUID(int=8)
