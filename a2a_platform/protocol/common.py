@@ -224,7 +224,8 @@ async def accept_message(
             request_hash=request_hash,
             metadata=metadata,
             card_version_id=_card_version_id(ctx.agent),
-            # Nothing to write beside a new task: task_send writes it alone (one statement).
+            # Without a push config or a snapshot, nothing runs in the send's transaction:
+            # task_send may write a new task alone, without one (one statement).
             within=within if inline_push is not None or render_snapshot else None,
             new_task_id=new_task_id,
         )

@@ -110,6 +110,26 @@ def _open(store: TaskStore, agent, *, pk: uuid.UUID = TASK_PK, owner: str = "o")
     return task
 
 
+def _new_task_rows(agent, pk: uuid.UUID = TASK_PK, *, progress=None) -> tuple:
+    """A new task's four rows as open_task takes them (nothing saved): the task, its first
+    message, its first event and its dispatch (`progress` None: one that cannot be written)."""
+    task = Task(
+        id=pk,
+        agent=agent,
+        owner="o",
+        context_id="ctx",
+        state=TaskState.SUBMITTED.value,
+        status_timestamp=T0,
+        last_seq=1,
+    )
+    return (
+        task,
+        Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
+        TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
+        ExecutorDispatch(task=task, not_before=T0, progress=progress, enqueues=1),
+    )
+
+
 def _message(task: Task, message_id: str) -> Message:
     message = Message(
         task=task, message_id=message_id, role="ROLE_AGENT", parts=[{"text": message_id}]
@@ -120,20 +140,7 @@ def _message(task: Task, message_id: str) -> Message:
 
 def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
     def scenario(store):
-        task = Task(
-            id=TASK_PK,
-            agent=agent,
-            owner="o",
-            context_id="ctx",
-            state=TaskState.SUBMITTED.value,
-            status_timestamp=T0,
-            last_seq=1,
-        )
-        rows = (
-            Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
-            TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
-            ExecutorDispatch(task=task, not_before=T0, progress={"p": 1}, enqueues=1),
-        )
+        task, *rows = _new_task_rows(agent, progress={"p": 1})
         result = store.open_task(task, *rows)
         ids_match = [type(r).objects.get(task=task).pk == r.pk for r in rows]
         saved = [r._state.adding for r in (task, *rows)]
@@ -154,20 +161,7 @@ def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
 def test_open_task_with_a_receipt_writes_nothing_when_the_receipt_is_taken(agent):
     def scenario(store):
         def attempt(pk: uuid.UUID, request_hash: str):
-            task = Task(
-                id=pk,
-                agent=agent,
-                owner="o",
-                context_id="ctx",
-                state=TaskState.SUBMITTED.value,
-                status_timestamp=T0,
-                last_seq=1,
-            )
-            rows = (
-                Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
-                TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
-                ExecutorDispatch(task=task, not_before=T0, progress={}, enqueues=1),
-            )
+            task, *rows = _new_task_rows(agent, pk, progress={})
             receipt = MessageReceipt(
                 agent=agent, owner="o", message_id="m1", request_hash=request_hash, task_id=pk
             )
@@ -481,26 +475,9 @@ def test_open_task_outside_a_transaction_writes_all_its_rows_or_none(name, agent
     store = STORES[name]
     assert not connection.in_atomic_block
 
-    def rows(pk: uuid.UUID, progress) -> tuple:
-        task = Task(
-            id=pk,
-            agent=agent,
-            owner="o",
-            context_id="ctx",
-            state=TaskState.SUBMITTED.value,
-            status_timestamp=T0,
-            last_seq=1,
-        )
-        return (
-            task,
-            Message(task=task, message_id=str(pk), role="ROLE_USER", parts=[{"text": "hi"}]),
-            TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
-            ExecutorDispatch(task=task, not_before=T0, progress=progress, enqueues=1),
-        )
-
     # The last row cannot be written (progress is NOT NULL): nothing of the task stays.
     with pytest.raises(IntegrityError):
-        store.open_task(*rows(uuid.UUID(int=7), None))
+        store.open_task(*_new_task_rows(agent, uuid.UUID(int=7)))
     assert (Task.objects.count(), Message.objects.count(), TaskEvent.objects.count()) == (0, 0, 0)
-    assert store.open_task(*rows(uuid.UUID(int=8), {}))
+    assert store.open_task(*_new_task_rows(agent, uuid.UUID(int=8), progress={}))
     assert Task.objects.get().pk == uuid.UUID(int=8)
