@@ -102,6 +102,8 @@ class DispatchClaim:
     # The parts of the task's latest user message, when the claim read them (quick claims:
     # `dispatch_claim_due`); None: the executor reads them if it needs them.
     user_parts: list | None = None
+    # The task row as a quick claim read it, not locked (services.task_answer's `seen`).
+    task: Task | None = None
 
 
 def _lease_until():
@@ -178,6 +180,7 @@ def dispatch_claim_due(*, worker: str, limit: int = 1) -> list[DispatchClaim]:
             row.lease_expires_at,
             row.executor,
             row.user_parts,
+            row.task,
         )
         for row in claimed
     ]

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from tasks import wire
 from tasks.dispatch import dispatch_announce_new, dispatch_open
-from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
+from tasks.errors import IllegalTransition, InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.hooks import run_event_hooks
 from tasks.models import (
     Artifact,
@@ -108,7 +108,7 @@ def _append_event(
         task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
     )
     if held is None:
-        _write_events(task, _Held([event], artifact))
+        _write_locked(task, _Held([event], artifact))
     else:
         held.events.append(event)
         if artifact is not None:
@@ -116,14 +116,23 @@ def _append_event(
     return event
 
 
-def _write_events(task: Task, held: _Held) -> None:
-    """Write a locked task's new events together, with the artifact one adds and its lifecycle
-    fields as they are now (one statement on PostgreSQL), then run the event hooks on them
-    together."""
+def _write_events(task: Task, held: _Held) -> bool:
+    """Write a task's new events together, with the artifact one adds and its lifecycle fields
+    as they are now (one statement on PostgreSQL), then run the event hooks on them together.
+    False: the task moved since `task` was read, and nothing was written (only a task read
+    without its lock can have moved: `task_answer`'s `seen`)."""
     if not held.events:
-        return
-    get_task_store().append_events(task, held.events, held.artifact)
+        return True
+    if not get_task_store().append_events(task, held.events, held.artifact):
+        return False
     run_event_hooks(task, held.events)
+    return True
+
+
+def _write_locked(task: Task, held: _Held) -> None:
+    """`_write_events` for a task locked by this transaction (`lock_task`): it cannot move."""
+    if not _write_events(task, held):
+        raise RuntimeError(f"task {task.id} moved while this transaction held its lock")
 
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
@@ -361,6 +370,7 @@ def task_answer(
     artifact: dict[str, Any] | a2a_pb2.Artifact,
     to_state: TaskState | str = TaskState.COMPLETED,
     message: MessageInput | str | None = None,
+    seen: Task | None = None,
 ) -> Task:
     """An executor's whole answer in one transaction, the task locked once: WORKING if the
     task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
@@ -370,31 +380,56 @@ def task_answer(
     task row written once); all of them or none commit, so a run killed midway leaves the
     task as it found it.
 
+    `seen`: the task row as the caller read it without locking it (a quick claim's), still
+    SUBMITTED. The answer is then built from it and written without taking the lock first,
+    if the task has not moved since (task_store.append_events); otherwise, or when `seen`
+    refuses the move, it is built and written again the locked way, in the same transaction
+    (the missed write wrote nothing). Same outcome either way, one round trip fewer.
+
     Raises TaskTerminal when the task finished meanwhile, IllegalTransition as
     task_transition does, TaskNotFound.
     """
     to_state = TaskState(to_state)
     art, chunk = _parse_artifact(artifact)
     with transaction.atomic():
-        task = lock_task(task_id)
-        if task.task_state in TERMINAL_STATES:
-            raise TaskTerminal(task.id, task.state)
-        held = _Held()
-        if task.task_state == TaskState.SUBMITTED:
-            # Nothing was answered yet: no artifact of this run can exist.
-            _set_status(task, TaskState.WORKING, None, held=held)
-            done = None
-        else:
-            done = get_task_store().artifact(task, art.artifact_id)
-        if done is None or not done.complete:
-            _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=held)
-        _set_status(task, to_state, _agent_status_message(task, message), held=held)
-        _write_events(task, held)
+        task = None
+        if seen is not None and seen.task_state == TaskState.SUBMITTED:
+            # A refusal read from an unlocked row is not final: the lock decides.
+            with contextlib.suppress(IllegalTransition):
+                if _write_events(seen, _answer_events(seen, art, chunk, to_state, message)):
+                    task = seen
+        if task is None:
+            task = lock_task(task_id)
+            _write_locked(task, _answer_events(task, art, chunk, to_state, message))
     logger.info(
         "task answered",
         extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
     )
     return task
+
+
+def _answer_events(
+    task: Task,
+    art: a2a_pb2.Artifact,
+    chunk: dict[str, Any],
+    to_state: TaskState,
+    message: MessageInput | str | None,
+) -> _Held:
+    """task_answer's events for `task` as it is (numbered, and its fields moved on, not yet
+    written)."""
+    if task.task_state in TERMINAL_STATES:
+        raise TaskTerminal(task.id, task.state)
+    held = _Held()
+    if task.task_state == TaskState.SUBMITTED:
+        # Nothing was answered yet: no artifact of this run can exist.
+        _set_status(task, TaskState.WORKING, None, held=held)
+        done = None
+    else:
+        done = get_task_store().artifact(task, art.artifact_id)
+    if done is None or not done.complete:
+        _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=held)
+    _set_status(task, to_state, _agent_status_message(task, message), held=held)
+    return held
 
 
 def task_append_message(*, task_id: object, message: MessageInput) -> Task:

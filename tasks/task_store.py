@@ -77,6 +77,8 @@ class DispatchClaimRow:
     # The parts of the task's latest user message, read with a quick claim
     # (`claim_next_dispatches`: the quick executors' whole read); None otherwise.
     user_parts: list | None = None
+    # The task row as a quick claim read it, not locked; None otherwise.
+    task: Task | None = None
 
 
 @dataclass(frozen=True)
@@ -158,14 +160,20 @@ class TaskStore(Protocol):
 
     def append_events(
         self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
-    ) -> None:
+    ) -> bool:
         """Insert the events (each gets its pk; one statement on PostgreSQL however many),
         write the task row's LIFECYCLE_FIELDS as they are on `task` (updated_at stamped), and
         queue the event hub's NOTIFY for commit. A terminal state written closes the task's
         active (pending or claimed) dispatches too, DONE: a finished task has nothing left
         to run. With `artifact` (the one an artifact event among them adds), insert it, or
         replace the one with its (task, artifactId) in place (it keeps its pk and created_at,
-        which are set on `artifact`), in the same statement."""
+        which are set on `artifact`), in the same statement.
+
+        All of it only if the stored task has not moved since `task` was read: its last_seq
+        is still the one before the first event (every lifecycle write moves it). True:
+        written. False: the task moved (or is gone); nothing was written or queued. A caller
+        holding the task's lock always gets True; one that read the task unlocked (a quick
+        claim) writes this way without taking the lock first."""
         ...
 
     def claim_dispatch(
@@ -189,7 +197,8 @@ class TaskStore(Protocol):
         """Claim, as `claim_dispatch` does, the oldest `limit` pending dispatches of agents
         whose executor is one of `executors` that fell due in (`due_since`, `now`], skipping
         locked ones (one statement on PostgreSQL), oldest first, each claimed one with its
-        task's `latest_user_parts` (`user_parts`). Empty: there is none. Atomic on its own
+        task's row (`task`, not locked: `append_events` writes it only if it did not move)
+        and `latest_user_parts` (`user_parts`). Empty: there is none. Atomic on its own
         (`open_task`)."""
         ...
 
@@ -352,44 +361,51 @@ def _saved(obj: models.Model, pk: object) -> None:
     obj._state.db = connection.alias
 
 
-def _save_artifact_sql() -> str:
-    """Insert, or replace in place (the row keeps its id and created_at)."""
+def _save_artifact_sql(when: str) -> str:
+    """Insert, or replace in place (the row keeps its id and created_at), if `when` holds."""
     kept = {"task_id", "artifact_id", "created_at"}
     replaced = [f.column for f in _insert_fields(Artifact) if f.attname not in kept]
     return (
-        f"{_insert('artifact', Artifact)} ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
+        f"{_insert('artifact', Artifact, when)} ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
         f"{', '.join(f'{c} = EXCLUDED.{c}' for c in replaced)} RETURNING id, created_at"
     )
 
 
 @functools.cache
 def _append_events_sql(notify: bool, count: int, close: bool, artifact: bool) -> str:
-    """The task row's lifecycle fields, `count` event rows, with `close` the task's active
-    dispatches DONE (stamped as the task row), with `artifact` the artifact saved (its id and
-    created_at on every row returned), and (queued until COMMIT, dropped on rollback, as
-    NOTIFY is; one per transaction and task, however many rows ask) the event hub's wake-up,
-    in one statement."""
+    """The task row's lifecycle fields, if its last_seq is still %(expected_seq)s, and only
+    then (each other write conditional on the task's): `count` event rows, with `close` the
+    task's active dispatches DONE (stamped as the task row), with `artifact` the artifact
+    saved (its id and created_at on every row returned), and (queued until COMMIT, dropped on
+    rollback, as NOTIFY is; one per transaction and task, however many rows ask) the event
+    hub's wake-up, in one statement. No row returned: nothing was written."""
     fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
     sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
     wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
-    insert = _insert("event0", TaskEvent)
-    head, _, row = insert.partition(" VALUES ")
-    rows = [row] + [row.replace("%(event0_", f"%(event{i}_") for i in range(1, count)]
+    written = "EXISTS (SELECT FROM task)"
     closed = (
         f"closed AS (UPDATE {_tables()['dispatch']} SET state = %(done)s, "
         "lease_expires_at = NULL, updated_at = %(task_updated_at)s "
-        "WHERE task_id = %(task_pk)s AND state IN (%(pending)s, %(claimed)s)), "
+        f"WHERE task_id = %(task_pk)s AND state IN (%(pending)s, %(claimed)s) AND {written}), "
         if close
         else ""
     )
     saved, saved_cols = "", ""
     if artifact:
-        saved = f"saved AS ({_save_artifact_sql()}), "
+        saved = f"saved AS ({_save_artifact_sql(written)}), "
         saved_cols = ", (SELECT id FROM saved), (SELECT created_at FROM saved)"
+    # One INSERT … SELECT … WHERE per event: a multi-row VALUES cannot be made conditional
+    # without a subquery, where PostgreSQL would type the untyped parameters as text.
+    inserts = ", ".join(
+        f"event{i} AS ({_insert(f'event{i}', TaskEvent, written)} RETURNING id, seq)"
+        for i in range(count)
+    )
+    rows = " UNION ALL ".join(f"SELECT id, seq FROM event{i}" for i in range(count))
     return (
-        f"WITH task AS (UPDATE tasks_task SET {sets} WHERE id = %(task_pk)s), {closed}{saved}"
-        f"event AS ({head} VALUES {', '.join(rows)} RETURNING id, seq) "
-        f"SELECT id, seq{saved_cols}{wake} FROM event"
+        f"WITH task AS (UPDATE tasks_task SET {sets} "
+        "WHERE id = %(task_pk)s AND last_seq = %(expected_seq)s RETURNING id), "
+        f"{closed}{saved}{inserts} "
+        f"SELECT id, seq{saved_cols}{wake} FROM ({rows}) event"
     )
 
 
@@ -415,17 +431,20 @@ _CLAIM_NEXT = (
 
 
 @functools.cache
-def _claim_dispatch_sql(which: str = _CLAIM_ONE, user_parts: bool = False) -> str:
+def _claim_dispatch_sql(which: str = _CLAIM_ONE, quick: bool = False) -> str:
     """Lock the due pending dispatch (skip locked, the dispatch row only), then claim it, or
-    mark it DONE when its task is terminal, in one statement; with `user_parts`, each claimed
-    one's task's latest user message's parts too (NULL for one marked DONE)."""
+    mark it DONE when its task is terminal, in one statement; `quick`: each one's task row
+    too (not locked) and, for a claimed one, its task's latest user message's parts (NULL
+    for one marked DONE)."""
     t = _tables()
-    parts = (
-        ", CASE WHEN c.finished THEN NULL ELSE (SELECT m.parts FROM tasks_message m "
-        "WHERE m.task_id = x.task_id AND m.role = %(role)s ORDER BY m.id DESC LIMIT 1) END"
-        if user_parts
-        else ""
-    )
+    task, task_match, parts = "", "", ""
+    if quick:
+        task, task_match = f", {t['task']} t", " AND t.id = x.task_id"
+        parts = (
+            ", CASE WHEN c.finished THEN NULL ELSE (SELECT m.parts FROM tasks_message m "
+            "WHERE m.task_id = x.task_id AND m.role = %(role)s ORDER BY m.id DESC LIMIT 1) END"
+            f", {columns(Task, 't')}"
+        )
     return (
         "WITH c AS ("
         "SELECT d.id, a.executor, t.state = ANY(%(terminal)s) AS finished "
@@ -439,7 +458,7 @@ def _claim_dispatch_sql(which: str = _CLAIM_ONE, user_parts: bool = False) -> st
         "claimed_by = CASE WHEN c.finished THEN x.claimed_by ELSE %(worker)s END, "
         "lease_expires_at = CASE WHEN c.finished THEN x.lease_expires_at ELSE %(lease)s END, "
         "updated_at = %(now)s "
-        "FROM c WHERE x.id = c.id "
+        f"FROM c{task} WHERE x.id = c.id{task_match} "
         "RETURNING NOT c.finished, x.task_id, x.progress, x.lease_expires_at, c.executor, x.id"
         f"{parts}"
     )
@@ -591,8 +610,8 @@ class PgTaskStore:
 
     def append_events(
         self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
-    ) -> None:
-        params: dict[str, object] = {"task_pk": task.pk}
+    ) -> bool:
+        params: dict[str, object] = {"task_pk": task.pk, "expected_seq": events[0].seq - 1}
         if artifact is not None:
             params |= _values("artifact", artifact)
         for i, event in enumerate(events):
@@ -607,12 +626,15 @@ class PgTaskStore:
             params |= _DISPATCH_STATES
         statement = _append_events_sql(self._notify, len(events), close, artifact is not None)
         rows = run_prepared(statement, params)
+        if not rows:
+            return False
         by_seq = {seq: pk for pk, seq, *_ in rows}
         for event in events:
             _saved(event, by_seq[event.seq])
         if artifact is not None:
             _, _, pk, artifact.created_at, *_ = rows[0]
             _saved(artifact, pk)
+        return True
 
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
@@ -630,15 +652,15 @@ class PgTaskStore:
         limit: int,
     ) -> list[DispatchClaimRow]:
         which = {"executors": list(executors), "since": due_since, "limit": limit, "role": _USER}
-        claimed = self._claim(_CLAIM_NEXT, which, worker, now, lease_until, user_parts=True)
+        claimed = self._claim(_CLAIM_NEXT, which, worker, now, lease_until, quick=True)
         # UPDATE … RETURNING follows no order: in the order the dispatches were opened.
         return sorted(claimed, key=lambda row: row.dispatch_id)
 
     def _claim(
-        self, which: str, params: dict, worker, now, lease_until, *, user_parts: bool = False
+        self, which: str, params: dict, worker, now, lease_until, *, quick: bool = False
     ) -> list[DispatchClaimRow]:
         rows = run_prepared(
-            _claim_dispatch_sql(which, user_parts),
+            _claim_dispatch_sql(which, quick),
             {
                 **params,
                 "worker": worker[:255],
@@ -656,9 +678,10 @@ class PgTaskStore:
                 lease,
                 executor,
                 dispatch_id,
-                _PARTS.from_db_value(parts[0], None, connection) if parts else None,
+                _PARTS.from_db_value(quick_read[0], None, connection) if quick_read else None,
+                from_row(Task, quick_read[1:]) if quick_read else None,
             )
-            for claimed, task_id, progress, lease, executor, dispatch_id, *parts in rows
+            for claimed, task_id, progress, lease, executor, dispatch_id, *quick_read in rows
         ]
 
     def release_dispatch(
@@ -778,17 +801,24 @@ class OrmTaskStore:
 
     def append_events(
         self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
-    ) -> None:
+    ) -> bool:
+        lifecycle = {
+            name: Task._meta.get_field(name).pre_save(task, False) for name in LIFECYCLE_FIELDS
+        }
+        # The task row first: its UPDATE locks it and checks it has not moved.
+        unmoved = Task.objects.filter(pk=task.pk, last_seq=events[0].seq - 1)
+        if not unmoved.update(**lifecycle):
+            return False
         if artifact is not None:
             artifact.save()
         for event in events:
             event.save(force_insert=True)
-        task.save(update_fields=LIFECYCLE_FIELDS)
         if task.task_state in TERMINAL_STATES:
             ExecutorDispatch.objects.filter(
                 task_id=task.pk, state__in=ACTIVE_DISPATCH_STATES
             ).update(state=DispatchState.DONE, lease_expires_at=None, updated_at=task.updated_at)
         notify_task_event(task.pk)
+        return True
 
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
@@ -817,7 +847,7 @@ class OrmTaskStore:
         claimed = []
         with transaction.atomic():  # atomic on its own, as the one statement is
             while len(claimed) < limit:
-                row = self._claim(due, worker, lease_until)
+                row = self._claim(due, worker, lease_until, quick=True)
                 if row is None:
                     break
                 if row.claimed:
@@ -825,7 +855,9 @@ class OrmTaskStore:
                 claimed.append(row)
         return claimed
 
-    def _claim(self, due, worker: str, lease_until: datetime) -> DispatchClaimRow | None:
+    def _claim(
+        self, due, worker: str, lease_until: datetime, *, quick: bool = False
+    ) -> DispatchClaimRow | None:
         dispatch = (
             due.select_for_update(skip_locked=True, of=("self",))
             .select_related("task__agent")
@@ -834,11 +866,12 @@ class OrmTaskStore:
         if dispatch is None:
             return None
         executor = dispatch.task.agent.executor
+        task = dispatch.task if quick else None
         if dispatch.task.task_state in TERMINAL_STATES:
             dispatch.state = DispatchState.DONE
             dispatch.save(update_fields=["state", "updated_at"])
             return DispatchClaimRow(
-                False, dispatch.task_id, dispatch.progress, None, executor, dispatch.pk
+                False, dispatch.task_id, dispatch.progress, None, executor, dispatch.pk, task=task
             )
         dispatch.state = DispatchState.CLAIMED
         dispatch.claims += 1
@@ -848,7 +881,7 @@ class OrmTaskStore:
             update_fields=["state", "claims", "claimed_by", "lease_expires_at", "updated_at"]
         )
         return DispatchClaimRow(
-            True, dispatch.task_id, dispatch.progress, lease_until, executor, dispatch.pk
+            True, dispatch.task_id, dispatch.progress, lease_until, executor, dispatch.pk, task=task
         )
 
     def release_dispatch(

@@ -7,6 +7,7 @@ twin for the embedded SQLite database.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from datetime import datetime
@@ -20,12 +21,19 @@ M = TypeVar("M", bound=models.Model)
 def run_prepared(sql: str, params: dict) -> list[tuple]:
     """Run one statement as a prepared statement (server-side binding) on Django's
     connection, in its current transaction; its rows (none for a write without RETURNING).
-    Database errors surface as Django's."""
+    Database errors surface as Django's, and the connection's execute wrappers
+    (`connection.execute_wrapper`) see the statement as they see the ORM's."""
     import psycopg
 
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+
+        def execute(sql: str, params: dict, many: bool, context: dict) -> None:
+            cursor.execute(sql, params, prepare=True)
+
+        for wrapper in reversed(connection.execute_wrappers):  # the first one outermost
+            execute = functools.partial(wrapper, execute)
+        execute(sql, params, False, {"connection": connection, "cursor": cursor})
         # Not `cursor.description`: it builds a Column object per column, per statement.
         returned = cursor.pgresult.status == psycopg.pq.ExecStatus.TUPLES_OK
         return cursor.fetchall() if returned else []

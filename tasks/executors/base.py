@@ -35,6 +35,9 @@ class ExecutorContext:
     # The latest user message's parts as the claim read them (a quick executor's claim:
     # tasks/dispatch.py dispatch_claim_due); None: read when asked.
     user_parts: list[dict[str, Any]] | None = None
+    # The task row as a quick claim read it (not locked): the run's first answer writes
+    # without locking the task when the task has not moved since (services.task_answer).
+    claimed_task: Task | None = None
 
     # --- reads ---------------------------------------------------------------------------
     def task(self) -> Task:
@@ -109,7 +112,10 @@ class ExecutorContext:
         data: dict[str, Any] = {"artifactId": artifact_id, "parts": parts}
         if name:
             data["name"] = name
-        services.task_answer(task_id=self.task_id, artifact=data, to_state=state, message=text)
+        seen, self.claimed_task = self.claimed_task, None
+        services.task_answer(
+            task_id=self.task_id, artifact=data, to_state=state, message=text, seen=seen
+        )
         self.finished = state in TERMINAL_STATES
 
     def reply(self, text: str) -> None:

@@ -134,7 +134,10 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
     dispatch_id = claim.dispatch_id
     extra = {"dispatch_id": dispatch_id, "task_id": claim.task_id}
     ctx = ExecutorContext(
-        task_id=claim.task_id, progress=dict(claim.progress), user_parts=claim.user_parts
+        task_id=claim.task_id,
+        progress=dict(claim.progress),
+        user_parts=claim.user_parts,
+        claimed_task=claim.task,
     )
 
     def release(**kwargs) -> None:

@@ -18,6 +18,7 @@ from tasks.models import ACTIVE_DISPATCH_STATES, Artifact, EventKind, Task, Task
 from tasks.state_machine import IllegalTransition
 from tasks.states import TERMINAL_STATES, TaskState
 from tests.factories import user_message
+from tests.locks import held_open, in_thread, wait_for_a_lock_waiter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,32 +197,16 @@ def test_no_event_lands_after_a_concurrent_terminal_transition(agent):
     assert Artifact.objects.filter(task=task).count() == added
 
 
-def hold_task_lock(task_id, locked: threading.Event, release: threading.Event) -> threading.Thread:
-    """A thread that keeps `task_id`'s row locked (as a lifecycle service does) until released."""
-    from django.db import transaction
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                services.lock_task(task_id)
-                locked.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert locked.wait(timeout=10)
-    return thread
+def hold_task_lock(task_id):
+    """Keep `task_id`'s row locked (as a lifecycle service does) until the block ends."""
+    return held_open(lambda: services.lock_task(task_id))
 
 
 def test_writes_to_other_tasks_of_the_same_agent_do_not_wait(agent):
     """Locking a task must not lock its agent: an agent's tasks are independent."""
     busy = services.task_create(agent=agent, owner="a", message=user_message())
     other = services.task_create(agent=agent, owner="a", message=user_message())
-    locked, release = threading.Event(), threading.Event()
-    holder = hold_task_lock(busy.id, locked, release)
-    try:
+    with hold_task_lock(busy.id):
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")
         try:
@@ -229,9 +214,6 @@ def test_writes_to_other_tasks_of_the_same_agent_do_not_wait(agent):
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
-    finally:
-        release.set()
-        holder.join()
     assert Task.objects.get(pk=other.id).task_state == TaskState.WORKING
 
 
@@ -244,13 +226,8 @@ def test_dispatch_claim_is_not_skipped_while_its_task_is_being_written(agent):
 
     task = services.task_create(agent=agent, owner="a", message=user_message())
     dispatch = task.dispatches.get()
-    locked, release = threading.Event(), threading.Event()
-    holder = hold_task_lock(task.id, locked, release)
-    try:
+    with hold_task_lock(task.id):
         claim = dispatch_claim(dispatch_id=dispatch.pk, worker="w")
-    finally:
-        release.set()
-        holder.join()
     assert claim is not None
     assert claim.dispatch_id == dispatch.pk
 
@@ -272,3 +249,38 @@ def test_concurrent_duplicate_sends_open_one_task_and_replay_it(agent):
     (task,) = Task.objects.all()
     assert {r.task.pk for r in results} == {task.pk}
     assert (task.messages.count(), task.dispatches.count(), task.events.count()) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("mover", ["cancel", "message"])
+def test_an_answer_from_the_claims_row_racing_another_write_waits_for_it_then_sees_it(agent, mover):
+    """The executor's answer built from the task row its claim read, while another write to
+    the task is in flight: the answer's write queues behind that write's lock, finds the
+    task moved once it commits, and is decided again under the lock: a cancel wins (nothing
+    of the answer lands), a client's message comes before the answer."""
+    from tasks.errors import TaskTerminal
+
+    task = services.task_create(agent=agent, owner="a", message=user_message())
+    seen = Task.objects.get(pk=task.pk)  # as the quick claim read it
+    moves = {
+        "cancel": lambda: services.task_transition(task_id=task.pk, to_state=TaskState.CANCELED),
+        "message": lambda: services.task_append_message(
+            task_id=task.pk, message=user_message("more")
+        ),
+    }
+    echo = {"artifactId": "echo", "parts": [{"text": "hi"}]}
+    with held_open(moves[mover]) as moved:
+        answer = in_thread(lambda: services.task_answer(task_id=task.pk, artifact=echo, seen=seen))
+        wait_for_a_lock_waiter()
+    answered = answer()
+    assert isinstance(moved[0], Task)
+    task.refresh_from_db()
+    kinds = list(task.events.order_by("seq").values_list("kind", flat=True))
+    if mover == "cancel":
+        assert isinstance(answered, TaskTerminal)
+        assert (task.task_state, kinds) == (TaskState.CANCELED, ["status", "status"])
+        assert not task.artifacts.exists()
+    else:
+        assert isinstance(answered, Task)
+        assert task.task_state == TaskState.COMPLETED
+        assert kinds == ["status", "message", "status", "artifact", "status"]
+    assert event_seqs(task.id) == list(range(1, task.last_seq + 1))

@@ -23,6 +23,7 @@ from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import DispatchState, ExecutorDispatch, Task
 from tasks.states import TaskState
 from tests.factories import user_message
+from tests.statements import statements, task_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,6 +110,11 @@ def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scri
     assert first.lease_expires_at > timezone.now()
     # The echo executor's whole read comes with the claim: the latest user message's parts.
     assert (first.user_parts, second.user_parts) == ([{"text": "old"}], [{"text": "new"}])
+    # And the task row as it was (what the executor's answer is built from, unlocked).
+    stored = Task.objects.get(pk=old.task_id)
+    assert [getattr(first.task, f.attname) for f in Task._meta.concrete_fields] == [
+        getattr(stored, f.attname) for f in Task._meta.concrete_fields
+    ]
     old.refresh_from_db()
     assert (old.state, old.claimed_by, old.claims) == (DispatchState.CLAIMED, "w1", 1)
     # Not yet due, and a scripted agent's: none left to claim.
@@ -252,3 +258,15 @@ def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agen
         assert '"Index Name": "dispatch_due"' in plan, mode
         assert '"Node Type": "Sort"' not in plan, mode
         assert '"Node Type": "Incremental Sort"' not in plan, mode
+
+
+def test_a_quick_run_answers_from_its_claims_row_without_locking_the_task(store, agent):
+    tasks = [send(agent, f"m{i}") for i in range(3)]
+    with statements() as ran:
+        assert run_due(worker="w1") == 3
+    # The claim read each task's row; each answer was written only if its row had not moved.
+    assert task_locks(ran) == 0
+    for task in tasks:
+        task.refresh_from_db()
+        assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
+        assert task.artifacts.get().parts == [{"text": task.messages.get().parts[0]["text"]}]

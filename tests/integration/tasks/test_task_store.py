@@ -298,7 +298,7 @@ def test_append_events_saves_the_artifact_inserted_then_replaced_in_place(agent,
 
     seen = both(scenario)
     inserted, missing, kept_pk, created_at, stored, order, by_id = seen["value"]
-    assert (inserted, missing, kept_pk, created_at) == (None, None, True, T0)
+    assert (inserted, missing, kept_pk, created_at) == (True, None, True, T0)
     assert stored[1]["parts"] == [{"text": "1"}, {"text": "2"}]
     assert stored[1]["updated_at"] == T0 + timedelta(seconds=5)
     assert (order, by_id) == (["a", "b"], True)
@@ -325,7 +325,7 @@ def test_append_events_writes_the_events_and_the_tasks_lifecycle_fields_once(age
         return result, [e.pk for e in events] == [stored[2], stored[3]], task.updated_at
 
     seen = both(scenario)
-    assert seen["value"] == [None, True, T0 + timedelta(seconds=3)]
+    assert seen["value"] == [True, True, T0 + timedelta(seconds=3)]
     (task,) = seen["rows"]["Task"]
     assert (task["state"], task["last_seq"], task["metadata"]) == (
         TaskState.COMPLETED.value,
@@ -365,6 +365,38 @@ def test_append_events_of_a_terminal_state_closes_the_tasks_dispatches(agent, fr
     assert (first["state"], first["lease_expires_at"]) == (DispatchState.DONE, None)
     assert first["updated_at"] == T0 + timedelta(seconds=2)  # stamped as the task row
     assert closed_before["updated_at"] == T0  # already DONE: untouched
+
+
+def test_append_events_to_a_task_that_moved_since_it_was_read_writes_nothing(agent, frozen):
+    """A write built from a task row read before another write moved it (a quick claim's
+    row, then a cancel) is refused whole: no task field, event, artifact or dispatch close."""
+
+    def scenario(store):
+        stale = Task.objects.get(pk=_open(store, agent).pk)  # read unlocked, at seq 1
+        task = store.lock(stale.pk)
+        task.state, task.last_seq = TaskState.CANCELED.value, 2
+        canceled = TaskEvent(task=task, seq=2, kind="status", payload={"c": 1}, created_at=T0)
+        store.append_events(task, [canceled])
+        ExecutorDispatch.objects.update(state=DispatchState.PENDING)  # one left to close
+        before = _rows()
+        frozen.move_to(T0 + timedelta(seconds=1), tick=False)
+        stale.state, stale.last_seq = TaskState.COMPLETED.value, 4
+        answer = [
+            TaskEvent(task=stale, seq=seq, kind=kind, payload={}, created_at=T0)
+            for seq, kind in ((2, "status"), (3, "artifact"), (4, "status"))
+        ]
+        artifact = Artifact(task=stale, artifact_id="echo", parts=[{"text": "hi"}])
+        written = store.append_events(stale, answer, artifact)
+        frozen.move_to(T0, tick=False)
+        return written, _rows() == before, [e.pk for e in answer], artifact.pk
+
+    seen = both(scenario)
+    assert seen["value"] == [False, True, [None, None, None], None]
+    (task,) = seen["rows"]["Task"]
+    assert (task["state"], task["last_seq"]) == (TaskState.CANCELED.value, 2)
+    assert seen["rows"]["Artifact"] == []
+    assert [e["payload"] for e in seen["rows"]["TaskEvent"]] == [{"s": 1}, {"c": 1}]
+    assert [d["state"] for d in seen["rows"]["ExecutorDispatch"]] == [DispatchState.PENDING]
 
 
 def test_latest_user_parts_reads_the_newest_user_message_only(agent):

@@ -26,6 +26,7 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.locks import held_open, in_thread, wait_for_a_lock_waiter
 from webhooks import outbox_store
 from webhooks.delivery import (
     delivery_claim_batch,
@@ -332,6 +333,27 @@ def test_registration_racing_transitions_misses_nothing(transactional_db, agent)
             assert json.loads(row.body) == event.payload
         overlapped.append(s < task.last_seq)
     assert any(overlapped), "no registration landed mid-stream"
+
+
+def test_registration_racing_an_answer_from_the_claims_row_misses_nothing(transactional_db, agent):
+    """The echo executor's answer is written from the task row its claim read, without
+    locking the task first. A config registered meanwhile (its transaction holding the task
+    row) makes the answer's write wait; once it commits, the answer's outbox write sees it:
+    the snapshot at seq 1, then a delivery for each event of the answer."""
+    task = new_task(agent)
+    seen = Task.objects.get(pk=task.pk)  # as the quick claim read it
+    echo = {"artifactId": "echo", "parts": [{"text": "hi"}]}
+    with held_open(lambda: register(task, "racing")) as registered:
+        answer = in_thread(lambda: services.task_answer(task_id=task.pk, artifact=echo, seen=seen))
+        wait_for_a_lock_waiter()
+    assert isinstance(answer(), Task)
+    push = registered[0]
+    assert [(d.seq, d.kind) for d in deliveries(push)] == [
+        (1, "snapshot"),
+        (2, "status"),
+        (3, "artifact"),
+        (4, "status"),
+    ]
 
 
 # --- Claiming and recording --------------------------------------------------------------
