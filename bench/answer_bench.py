@@ -7,15 +7,20 @@ What runs: a database of the bench's own (`a2a_bench_answer` on the machine's Po
 created afresh, migrated) with one echo agent; in this process, one thread (pinned to CPU 0
 on a machine with two cores or more, PostgreSQL left free) answers --tasks SUBMITTED tasks:
 
-- **answer**: `services.task_answer`, what the echo executor calls (one transaction: WORKING,
+- **answer, claim's row**: what the echo executor calls, `services.task_answer` with the task
+  row its quick claim read (`seen`; read here before the clock starts, as the claim's
+  statement reads it): written without locking the task first (one transaction: WORKING,
   the artifact and COMPLETED, their events and outbox rows written together);
+- **answer, locked**: `services.task_answer` without that row: the task locked first, as
+  every other caller's answer;
 - **three services** (the baseline): `task_transition` to WORKING, `task_add_artifact`,
   `task_transition` to COMPLETED, the same events as three transactions, as an executor that
   reports each step on its own does.
 
-The two alternate --rounds times each on fresh tasks, so drift in the machine's load hits
-both alike. Per answer: this process's CPU (`time.process_time`), its PostgreSQL backend's
-(from /proc) and the wall time, medians of the rounds; the ratio answer / three services.
+The three alternate --rounds times each on fresh tasks, so drift in the machine's load hits
+all alike. Per answer: this process's CPU (`time.process_time`), its PostgreSQL backend's
+(from /proc) and the wall time, medians of the rounds; the ratios of each answer to the three
+services, and of the claim's row to the locked answer.
 Opening the tasks is not measured. The whole platform under load, against the official SDK:
 bench/sdk_compare.py.
 """
@@ -68,6 +73,7 @@ def main() -> None:
 
     from agents.models import Agent
     from tasks import services
+    from tasks.models import Task
     from tasks.states import TaskState
 
     if (os.cpu_count() or 1) >= 2:
@@ -87,25 +93,35 @@ def main() -> None:
             for _ in range(n)
         ]
 
-    def answer(task_id) -> None:
+    def answer(task_id, row) -> None:
         services.task_answer(task_id=task_id, artifact=ARTIFACT)
 
-    def three_services(task_id) -> None:
+    def answer_from_row(task_id, row) -> None:
+        services.task_answer(task_id=task_id, artifact=ARTIFACT, seen=row)
+
+    def three_services(task_id, row) -> None:
         services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
         services.task_add_artifact(task_id=task_id, artifact=ARTIFACT, last_chunk=True)
         services.task_transition(task_id=task_id, to_state=TaskState.COMPLETED)
 
-    ways = {"answer": answer, "three services": three_services}
+    ways = {
+        "answer, claim's row": answer_from_row,
+        "answer, locked": answer,
+        "three services": three_services,
+    }
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ways}
     for way in ways.values():  # warm-up: prepared statements, caches
-        for task_id in open_tasks(50):
-            way(task_id)
+        tasks = open_tasks(50)
+        rows = Task.objects.in_bulk(tasks)
+        for task_id in tasks:
+            way(task_id, rows[task_id])
     for _ in range(args.rounds):
         for name, way in ways.items():
             tasks = open_tasks(args.tasks)
+            rows = Task.objects.in_bulk(tasks)  # as the quick claims read them
             cpu, db, wall = time.process_time(), _backend_cpu(backend), time.perf_counter()
             for task_id in tasks:
-                way(task_id)
+                way(task_id, rows[task_id])
             n = len(tasks)
             seen[name].append(
                 (
@@ -120,14 +136,19 @@ def main() -> None:
         medians[name] = (python, postgres, wall)
         runs = ", ".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in rows)
         print(
-            f"  {name:15} per answer (median): Python CPU {python:.2f} ms, PostgreSQL CPU "
+            f"  {name:19} per answer (median): Python CPU {python:.2f} ms, PostgreSQL CPU "
             f"{postgres:.2f} ms, wall {wall:.2f} ms   (rounds, Python/PostgreSQL: {runs})"
         )
-    one, three = medians["answer"], medians["three services"]
-    print(
-        f"# answer / three services: Python {one[0] / three[0]:.2f}x, "
-        f"PostgreSQL {one[1] / three[1]:.2f}x, wall {one[2] / three[2]:.2f}x"
-    )
+
+    def ratio(name: str, base: str) -> None:
+        one, other = medians[name], medians[base]
+        print(
+            f"# {name} / {base}: Python {one[0] / other[0]:.2f}x, "
+            f"PostgreSQL {one[1] / other[1]:.2f}x, wall {one[2] / other[2]:.2f}x"
+        )
+
+    ratio("answer, claim's row", "answer, locked")
+    ratio("answer, locked", "three services")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, Message, Task, TaskEvent
-from tasks.task_store import get_task_store
+from tasks.task_store import Snapshot, get_task_store
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -33,7 +33,7 @@ def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None
 
 def task_snapshot_for_owner(
     *, agent_id: int, owner: str, task_id: object, history_length: int | None
-) -> tuple[Task, list[Message], list[Artifact]] | None:
+) -> Snapshot | None:
     """task_for_owner with its history (None all, 0 none, N newest N) and artifacts, read
     together (GetTask: one statement on PostgreSQL); None for unknown and foreign ids."""
     pk = _uuid(task_id)
@@ -104,15 +104,22 @@ def task_page(
     return TaskPage(rows[:page_size], len(rows) > page_size, total)
 
 
-def task_settled_since(task_id: object, after_seq: int | None) -> tuple[str, int, bool] | None:
-    """(state, last_seq, moved) of a task, None when it is gone (or the id is malformed).
-    `moved`: a status event came after `after_seq` (always True without one, or while the task
-    is not settled: the caller then waits on the state alone). One statement on PostgreSQL."""
-    try:
-        task_pk = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id))
-    except ValueError:
+def task_settled_snapshot(
+    *,
+    agent_id: int,
+    owner: str,
+    task_id: object,
+    after_seq: int | None,
+    history_length: int | None,
+) -> tuple[bool, Snapshot | None] | None:
+    """Whether a task visible to `owner` on this agent has settled (terminal or interrupted;
+    with `after_seq`, by a status event after that seq), and then its
+    `task_snapshot_for_owner`, read together: (True, snapshot) or (False, None); None for
+    unknown and foreign ids. One statement on PostgreSQL."""
+    pk = _uuid(task_id)
+    if pk is None:
         return None
-    return get_task_store().settled_since(task_pk, after_seq)
+    return get_task_store().settled_snapshot(agent_id, owner, pk, after_seq, history_length)
 
 
 def task_event_rows(task_id: object, *, after: int, limit: int) -> list[tuple[int, str, dict]]:

@@ -47,7 +47,7 @@ from tasks.models import (
     TaskEvent,
 )
 from tasks.notify import CHANNEL, notify_task_event
-from tasks.states import INTERRUPTED_STATES, SETTLED_STATES, TERMINAL_STATES, TaskState
+from tasks.states import INTERRUPTED_STATES, SETTLED_STATES, TERMINAL_STATES
 
 # The task fields a lifecycle write may change (the rest are set when the task opens).
 LIFECYCLE_FIELDS = (
@@ -60,8 +60,8 @@ LIFECYCLE_FIELDS = (
 )
 
 
-# (state, last_seq, moved): what a waiter needs to know whether a task has settled.
-SettledRow = tuple[str, int, bool]
+# A task with its history and artifacts: GetTask's read.
+Snapshot = tuple[Task, list[Message], list[Artifact]]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class TaskStore(Protocol):
 
     def visible_snapshot(
         self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+    ) -> Snapshot | None:
         """`visible`, `history` (the newest `history_limit`, None all, 0 none) and `artifacts`
         of the task together (one statement on PostgreSQL: GetTask's read), or None."""
         ...
@@ -143,10 +143,19 @@ class TaskStore(Protocol):
         whole read, one column of one row."""
         ...
 
-    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
-        """(state, last_seq, moved) of a task, None when it is gone; `moved`: a status event
-        came after `after_seq` (True without one, or while the task is not settled). One
-        statement on PostgreSQL: a blocking SendMessage's read on each wake-up."""
+    def settled_snapshot(
+        self,
+        agent_pk: int,
+        owner: str,
+        task_pk: uuid.UUID,
+        after_seq: int | None,
+        history_limit: int | None,
+    ) -> tuple[bool, Snapshot | None] | None:
+        """Whether the task (`visible` to this agent and owner) has settled: it is terminal
+        or interrupted and, with `after_seq`, a status event came after that seq. Settled:
+        (True, its `visible_snapshot`), read with it; not yet: (False, None); None when it is
+        not visible. One statement on PostgreSQL: a blocking SendMessage's read on each
+        wake-up, its answer included."""
         ...
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
@@ -249,15 +258,30 @@ def _visible_sql() -> str:
 
 
 @functools.cache
-def _visible_snapshot_sql() -> str:
-    return (
-        f"SELECT {columns(Task, 't')}, "
+def _visible_snapshot_sql(settled: bool = False) -> str:
+    """The task with its history and artifacts. `settled`: a first column says whether it has
+    settled (`settled_snapshot`), and its history and artifacts are read only if it has."""
+    history = (
         f"(SELECT json_agg(json_build_array({columns(Message, 'h')}) ORDER BY h.id) FROM ("
         "SELECT * FROM tasks_message m WHERE m.task_id = t.id "
-        "ORDER BY m.id DESC LIMIT %(limit)s) h), "
+        "ORDER BY m.id DESC LIMIT %(limit)s) h)"
+    )
+    artifacts = (
         f"(SELECT json_agg(json_build_array({columns(Artifact, 'x')}) ORDER BY x.id) "
-        "FROM tasks_artifact x WHERE x.task_id = t.id) "
-        "FROM tasks_task t "
+        "FROM tasks_artifact x WHERE x.task_id = t.id)"
+    )
+    head, join = "", ""
+    if settled:
+        head = "s.settled, "
+        join = (
+            " CROSS JOIN LATERAL (SELECT t.state = ANY(%(settled)s) AND (%(after)s::integer "
+            "IS NULL OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
+            "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) AS settled) s"
+        )
+        history = f"CASE WHEN s.settled THEN {history} END"
+        artifacts = f"CASE WHEN s.settled THEN {artifacts} END"
+    return (
+        f"SELECT {head}{columns(Task, 't')}, {history}, {artifacts} FROM tasks_task t{join} "
         "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
     )
 
@@ -267,16 +291,6 @@ def _latest_user_parts_sql() -> str:
     return (
         "SELECT m.parts FROM tasks_message m WHERE m.task_id = %(task)s AND m.role = %(role)s "
         "ORDER BY m.id DESC LIMIT 1"
-    )
-
-
-@functools.cache
-def _settled_since_sql() -> str:
-    return (
-        "SELECT t.state, t.last_seq, (%(after)s::integer IS NULL OR NOT t.state = ANY(%(settled)s) "
-        "OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
-        "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) "
-        "FROM tasks_task t WHERE t.id = %(task)s"
     )
 
 
@@ -516,6 +530,16 @@ _USER = MessageRole.USER.value
 _INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
 
 
+def _snapshot(row) -> Snapshot:
+    """A `_visible_snapshot_sql` row as `visible_snapshot` returns it."""
+    *values, history, artifacts = row
+    task = from_row(Task, values)
+    messages = from_json_rows(Message, history)
+    for message in messages:
+        message.task = task
+    return task, messages, from_json_rows(Artifact, artifacts)
+
+
 class PgTaskStore:
     """TaskStore as prepared SQL statements (PostgreSQL only)."""
 
@@ -571,30 +595,41 @@ class PgTaskStore:
 
     def visible_snapshot(
         self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+    ) -> Snapshot | None:
         rows = run_prepared(
             _visible_snapshot_sql(),
             {"task": task_pk, "agent": agent_pk, "owner": owner, "limit": history_limit},
         )
+        return _snapshot(rows[0]) if rows else None
+
+    def settled_snapshot(
+        self,
+        agent_pk: int,
+        owner: str,
+        task_pk: uuid.UUID,
+        after_seq: int | None,
+        history_limit: int | None,
+    ) -> tuple[bool, Snapshot | None] | None:
+        params = {
+            "task": task_pk,
+            "agent": agent_pk,
+            "owner": owner,
+            "limit": history_limit,
+            "after": after_seq,
+            "settled": _SETTLED,
+            "status": _STATUS,
+        }
+        rows = run_prepared(_visible_snapshot_sql(settled=True), params)
         if not rows:
             return None
-        *values, history, artifacts = rows[0]
-        task = from_row(Task, values)
-        messages = from_json_rows(Message, history)
-        for message in messages:
-            message.task = task
-        return task, messages, from_json_rows(Artifact, artifacts)
+        settled, *row = rows[0]
+        return (True, _snapshot(row)) if settled else (False, None)
 
     def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
         rows = run_prepared(_latest_user_parts_sql(), {"task": task_pk, "role": _USER})
         if not rows:
             return None
         return _PARTS.from_db_value(rows[0][0], None, connection)
-
-    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
-        params = {"task": task_pk, "after": after_seq, "settled": _SETTLED, "status": _STATUS}
-        rows = run_prepared(_settled_since_sql(), params)
-        return tuple(rows[0]) if rows else None
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
         rows = run_prepared(_history_sql(), {"task": task.pk, "limit": limit})
@@ -763,10 +798,30 @@ class OrmTaskStore:
 
     def visible_snapshot(
         self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> tuple[Task, list[Message], list[Artifact]] | None:
+    ) -> Snapshot | None:
+        task = self.visible(agent_pk, owner, task_pk)
+        return self._snapshot(task, history_limit) if task is not None else None
+
+    def settled_snapshot(
+        self,
+        agent_pk: int,
+        owner: str,
+        task_pk: uuid.UUID,
+        after_seq: int | None,
+        history_limit: int | None,
+    ) -> tuple[bool, Snapshot | None] | None:
         task = self.visible(agent_pk, owner, task_pk)
         if task is None:
             return None
+        settled = task.task_state in SETTLED_STATES and (
+            after_seq is None
+            or TaskEvent.objects.filter(
+                task_id=task_pk, kind=EventKind.STATUS, seq__gt=after_seq
+            ).exists()
+        )
+        return (True, self._snapshot(task, history_limit)) if settled else (False, None)
+
+    def _snapshot(self, task: Task, history_limit: int | None) -> Snapshot:
         history = self.history(task, history_limit) if history_limit != 0 else []
         return task, history, self.artifacts(task)
 
@@ -777,17 +832,6 @@ class OrmTaskStore:
             .values_list("parts", flat=True)
             .first()
         )
-
-    def settled_since(self, task_pk: uuid.UUID, after_seq: int | None) -> SettledRow | None:
-        row = Task.objects.filter(pk=task_pk).values_list("state", "last_seq").first()
-        if row is None:
-            return None
-        if after_seq is None or TaskState(row[0]) not in SETTLED_STATES:
-            return row[0], row[1], True
-        moved = TaskEvent.objects.filter(
-            task_id=task_pk, kind=EventKind.STATUS, seq__gt=after_seq
-        ).exists()
-        return row[0], row[1], moved
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
         newest = task.messages.order_by("-id")

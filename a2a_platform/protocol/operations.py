@@ -52,7 +52,6 @@ from tasks import selectors, services, wire
 from tasks.errors import TaskNotFound
 from tasks.event_hub import get_hub
 from tasks.models import Task
-from tasks.states import SETTLED_STATES, TaskState
 from webhooks.selectors import push_channel_extension
 
 # --- SendMessage ---------------------------------------------------------------------------
@@ -74,14 +73,7 @@ async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
         history = [result.first_message] if history_length != 0 else None
         return {"task": wire.task_json(result.task, history=history)}
 
-    def render() -> dict:
-        # The task, its history and artifacts in one read (GetTask's statement).
-        found = selectors.task_snapshot_for_owner(
-            agent_id=ctx.agent.pk,
-            owner=ctx.principal,
-            task_id=task_id,
-            history_length=history_length,
-        )
+    def render(found: selectors.Snapshot | None) -> dict:
         if found is None:
             raise TaskNotFound(task_id)
         task, history, artifacts = found
@@ -93,35 +85,59 @@ async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
     if not accepted.return_immediately:
         # A follow-up to an interrupted task finds it INPUT_REQUIRED: that is not the answer.
         follow_up = not result.created and not result.replayed
+        after_seq = result.task.last_seq if follow_up else None
+
+        def read_settled() -> tuple[bool, dict | None] | None:
+            # Whether it settled and, if it did, the task, its history and artifacts, in
+            # one read (one statement on PostgreSQL), rendered in the same ORM call.
+            found = selectors.task_settled_snapshot(
+                agent_id=ctx.agent.pk,
+                owner=ctx.principal,
+                task_id=task_id,
+                after_seq=after_seq,
+                history_length=history_length,
+            )
+            if found is None or not found[0]:
+                return found
+            return True, render(found[1])
+
         answer = await wait_until_settled(
             task_id,
             settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS,
-            after_seq=result.task.last_seq if follow_up else None,
-            then=render,
+            read=read_settled,
             woken=accepted.woken,
         )
         if answer is not None:
             return answer
-    return await orm(render)
+
+    def read_now() -> dict:
+        # The task, its history and artifacts in one read (GetTask's statement).
+        return render(
+            selectors.task_snapshot_for_owner(
+                agent_id=ctx.agent.pk,
+                owner=ctx.principal,
+                task_id=task_id,
+                history_length=history_length,
+            )
+        )
+
+    return await orm(read_now)
 
 
 async def wait_until_settled(
     task_id: object,
     max_wait: float,
     *,
-    after_seq: int | None = None,
-    then: Callable[[], dict] | None = None,
+    read: Callable[[], tuple[bool, dict | None] | None],
     woken: asyncio.Future | None = None,
 ) -> dict | None:
-    """Wait on the hub until the task is terminal or interrupted, or `max_wait` passes.
-
-    With `after_seq` only a status reached after that event counts (a message continuing an
-    interrupted task is answered by the state the agent reaches next, not the one it found).
-    `then` (an ORM callable) runs in the same ORM call as the read that finds the task
-    settled, and its value is returned (the answer without another thread hop and read);
-    None when the wait ended unsettled or without `then`. `woken`: a subscription made before
-    the task was written (common.accept_message): until it fires the task is as written, so
-    the first read waits for it.
+    """Wait on the hub until the task has settled (terminal or interrupted), or `max_wait`
+    passes. `read` (an ORM callable, run once per wake-up) says whether it has settled and,
+    if it has, gives the answer, read in the same call: (True, answer), (False, None), None
+    when the task is gone. Returns the answer; None when the wait ended unsettled or the
+    task is gone. `woken`: a subscription made before the task was written
+    (common.accept_message): until it fires the task is as written, so the first read waits
+    for it.
     """
     deadline = time.monotonic() + max_wait
     hub = get_hub()
@@ -129,27 +145,21 @@ async def wait_until_settled(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(woken), max_wait)
 
-    def settled(row: tuple[str, int, bool] | None) -> bool:
-        return row is None or (row[2] and TaskState(row[0]) in SETTLED_STATES)
-
-    def read() -> tuple[tuple[str, int, bool] | None, dict | None]:
-        row = selectors.task_settled_since(task_id, after_seq)
-        return row, (then() if then is not None and row is not None and settled(row) else None)
+    def settled(found: tuple[bool, dict | None] | None) -> bool:
+        return found is None or found[0]
 
     while True:
         # One read per wake-up: the hub subscribes before it reads (tasks/event_hub.py).
         remaining = deadline - time.monotonic()
         try:
-            row, answer = await hub.read_then_wait(
-                task_id, read, enough=lambda value: settled(value[0]), timeout=remaining
-            )
+            found = await hub.read_then_wait(task_id, read, enough=settled, timeout=remaining)
         except Exception as exc:
             mapped = from_domain(exc)
             if mapped is None:
                 raise
             raise mapped from None
-        if settled(row) or remaining <= 0:
-            return answer
+        if settled(found) or remaining <= 0:
+            return found[1] if found is not None else None
 
 
 # --- Tasks ---------------------------------------------------------------------------------

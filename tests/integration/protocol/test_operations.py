@@ -91,13 +91,22 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     from tasks import selectors
 
     reads: list[float] = []
-    real = selectors.task_settled_since
+    real = selectors.task_settled_snapshot
 
-    def counted(task_id, after_seq):
+    def counted(**kwargs):
         reads.append(time.monotonic())
-        return real(task_id, after_seq)
+        return real(**kwargs)
 
-    monkeypatch.setattr(selectors, "task_settled_since", counted)
+    monkeypatch.setattr(selectors, "task_settled_snapshot", counted)
+    # The read that finds it settled brings the answer: no second read for it.
+    snapshots: list[object] = []
+    real_snapshot = selectors.task_snapshot_for_owner
+
+    def snapshot(**kwargs):
+        snapshots.append(kwargs)
+        return real_snapshot(**kwargs)
+
+    monkeypatch.setattr(selectors, "task_snapshot_for_owner", snapshot)
     moved_at: list[float] = []
 
     def finish():
@@ -116,6 +125,7 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert reads, "the waiter read the task once woken"
     assert reads[0] >= moved_at[0]
+    assert snapshots == []
 
 
 def test_a_blocking_retry_is_answered_with_the_first_task_as_it_is_now(wire, agent, key, settings):

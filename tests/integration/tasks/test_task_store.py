@@ -417,34 +417,32 @@ def test_latest_user_parts_reads_the_newest_user_message_only(agent):
     assert seen["value"] == [None, [{"text": "hi"}], [{"text": "hi"}], [{"text": "2"}]]
 
 
-def test_settled_since_says_whether_a_waiter_has_its_answer(agent):
+def test_settled_snapshot_says_whether_a_waiter_has_its_answer_and_reads_it(agent):
     def event(task: Task, seq: int, kind: str) -> TaskEvent:
         return TaskEvent(task=task, seq=seq, kind=kind, payload={}, created_at=T0)
 
     def scenario(store):
-        gone = store.settled_since(uuid.UUID(int=7), None)
+        def read(after_seq, *, owner="o", pk=TASK_PK, limit=None):
+            return store.settled_snapshot(agent.pk, owner, pk, after_seq, limit)
+
+        gone = [read(None, pk=uuid.UUID(int=7)), read(None, owner="other")]
         task = store.lock(_open(store, agent).pk)
-        submitted = store.settled_since(task.pk, None)
+        submitted = read(None)
         task.state, task.last_seq = TaskState.INPUT_REQUIRED.value, 3
         store.append_events(task, [event(task, 2, "status"), event(task, 3, "message")])
         # Interrupted: a status event after seq 1 (the one that interrupted it), none after 2.
-        return [
-            gone,
-            submitted,
-            store.settled_since(task.pk, None),
-            store.settled_since(task.pk, 1),
-            store.settled_since(task.pk, 2),
-        ]
+        settled = [read(None), read(1), read(2), read(1, limit=0)]
+        return gone, submitted, settled, store.visible_snapshot(agent.pk, "o", TASK_PK, None)
 
     seen = both(scenario)
-    interrupted = TaskState.INPUT_REQUIRED.value
-    assert seen["value"] == [
-        None,
-        [TaskState.SUBMITTED.value, 1, True],
-        [interrupted, 3, True],
-        [interrupted, 3, True],
-        [interrupted, 3, False],
-    ]
+    gone, submitted, settled, snapshot = seen["value"]
+    assert gone == [None, None]
+    assert submitted == [False, None]
+    # Settled, it comes with the task as GetTask's read reads it (the history as asked).
+    assert settled[0] == settled[1] == [True, snapshot]
+    assert snapshot[0][1]["state"] == TaskState.INPUT_REQUIRED.value
+    assert settled[2] == [False, None]
+    assert settled[3] == [True, [snapshot[0], [], []]]
 
 
 @pytest.mark.parametrize(
