@@ -3,6 +3,8 @@
 Each public function is ONE transaction: it locks the task row, validates the change against
 the pure state machine, writes the task, appends its TaskEvent (gap-free `seq`), runs the
 in-transaction event hooks (the webhook outbox) and queues one NOTIFY per task for commit.
+One exception to the lock: `task_answer` given the row a quick claim read writes only if the
+task has not moved since (task_store.append_events), and otherwise locks it and writes again.
 Jobs are enqueued only after commit. The outermost ones, `task_send` and `task_cancel`, are
 durable (a caller's transaction around them raises); the others are also called inside
 executors' and other services' transactions, whose commit then carries their NOTIFY and jobs.
@@ -372,7 +374,7 @@ def task_answer(
     message: MessageInput | str | None = None,
     seen: Task | None = None,
 ) -> Task:
-    """An executor's whole answer in one transaction, the task locked once: WORKING if the
+    """An executor's whole answer in one transaction, the task locked at most once: WORKING if the
     task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
     holds a complete artifact of that id (a run resumed after a crash: not sent again), then
     `to_state` with an optional agent status message. The same events as task_transition,

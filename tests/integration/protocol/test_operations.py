@@ -16,6 +16,7 @@ from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.spies import spy
 
 
 @pytest.fixture
@@ -90,23 +91,9 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     # Subscribed to before it is written, a new task needs no read until its first wake-up.
     from tasks import selectors
 
-    reads: list[float] = []
-    real = selectors.task_settled_snapshot
-
-    def counted(**kwargs):
-        reads.append(time.monotonic())
-        return real(**kwargs)
-
-    monkeypatch.setattr(selectors, "task_settled_snapshot", counted)
+    reads = spy(monkeypatch, selectors, "task_settled_snapshot")
     # The read that finds it settled brings the answer: no second read for it.
-    snapshots: list[object] = []
-    real_snapshot = selectors.task_snapshot_for_owner
-
-    def snapshot(**kwargs):
-        snapshots.append(kwargs)
-        return real_snapshot(**kwargs)
-
-    monkeypatch.setattr(selectors, "task_snapshot_for_owner", snapshot)
+    snapshots = spy(monkeypatch, selectors, "task_snapshot_for_owner")
     moved_at: list[float] = []
 
     def finish():
@@ -124,7 +111,7 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     thread.join()
     assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert reads, "the waiter read the task once woken"
-    assert reads[0] >= moved_at[0]
+    assert reads[0].at >= moved_at[0]
     assert snapshots == []
 
 

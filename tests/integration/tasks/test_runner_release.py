@@ -9,6 +9,7 @@ from tasks.executors import runner
 from tasks.models import DispatchState, ExecutorDispatch
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.spies import Call, spy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,17 +21,9 @@ def store(request, settings):
 
 
 @pytest.fixture
-def releases(monkeypatch) -> list[dict]:
+def releases(monkeypatch) -> list[Call]:
     """Every release the runner asks for, each still made (the real dispatch_finish runs)."""
-    seen: list[dict] = []
-    real = runner.dispatch_finish
-
-    def counted(**kwargs):
-        seen.append(kwargs)
-        return real(**kwargs)
-
-    monkeypatch.setattr(runner, "dispatch_finish", counted)
-    return seen
+    return spy(monkeypatch, runner, "dispatch_finish")
 
 
 def _task_and_dispatch(executor: str, text: str = "hi"):
@@ -59,7 +52,7 @@ def test_a_run_that_leaves_its_task_working_is_released(releases):
     task.refresh_from_db()
     dispatch.refresh_from_db()
     assert task.task_state == TaskState.WORKING
-    assert [r["worker"] for r in releases] == ["w1"]
+    assert [r.kwargs["worker"] for r in releases] == ["w1"]
     assert dispatch.state == DispatchState.DONE
     assert dispatch.lease_expires_at is None
 
@@ -79,4 +72,4 @@ def test_a_run_that_finishes_its_task_through_finish_is_not_released(releases):
     follow_up.refresh_from_db()
     assert task.task_state == TaskState.COMPLETED
     assert follow_up.state == DispatchState.DONE
-    assert [r["worker"] for r in releases] == ["w1"]
+    assert [r.kwargs["worker"] for r in releases] == ["w1"]
