@@ -4,10 +4,16 @@
                                           [--web-workers 1] [--workers 1] [--sdk-sqlite]
                                           [--worker-pool threads] [--worker-concurrency 8]
                                           [--pg-stats] [--no-pin] [--no-sdk]
-                                          [--profile DIR]
+                                          [--profile DIR] [--rounds 1]
 
 Scale-out: `--web-workers 2 --workers 2 --no-pin --no-sdk` (two web processes and two
 worker processes against one PostgreSQL and one Redis, every process on every core).
+
+`--rounds N`: N rounds, each the platform's figures and the SDK's, in alternating order (the
+platform first, then the SDK first, and so on), each round's ratios printed, then per figure
+the median ratio and its range. A machine whose speed drifts during a run moves a single
+round's ratios; alternating rounds cancel a steady drift, and the range shows how far to
+trust the median.
 
 Starts, one after the other on the same machine:
 - the platform: a PostgreSQL server of the bench's own (initdb into a temporary directory,
@@ -43,6 +49,7 @@ import resource
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -510,7 +517,12 @@ def main() -> None:
         "--pg-stats", action="store_true", help="print pg_stat_statements' top statements"
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy every server process (slower)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds, the two servers' order alternating"
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(
@@ -526,18 +538,46 @@ def main() -> None:
         f"{args.warmup:.0f} s of warm-up; load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    ours = platform_run(args, server_cpu, load_cpu)
     if args.no_sdk:
+        for _ in range(args.rounds):
+            platform_run(args, server_cpu, load_cpu)
         return
-    sdk = sdk_run(args, "memory", server_cpu, load_cpu)
-    if args.sdk_sqlite:
-        sdk_run(args, "sqlite", server_cpu, load_cpu)
+    rounds: list[dict[str, float]] = []
+    for n in range(args.rounds):
+        if args.rounds > 1:
+            print(f"# round {n + 1} of {args.rounds}", flush=True)
+        runs = {
+            "platform": lambda: platform_run(args, server_cpu, load_cpu),
+            "sdk": lambda: sdk_run(args, "memory", server_cpu, load_cpu),
+        }
+        order = ["platform", "sdk"] if n % 2 == 0 else ["sdk", "platform"]
+        figures = {name: runs[name]() for name in order}
+        if args.sdk_sqlite:
+            sdk_run(args, "sqlite", server_cpu, load_cpu)
+        rounds.append(print_ratios(figures["platform"], figures["sdk"]))
+    if args.rounds > 1:
+        print(f"# platform / SDK in-memory over {args.rounds} rounds: median (range)")
+        for name, target in TARGETS.items():
+            seen = sorted(r[name] for r in rounds)
+            median = statistics.median(seen)
+            verdict = "meets" if median >= target else "below"
+            print(
+                f"  {name:<32} {median:>6.2f}x  ({seen[0]:.2f}-{seen[-1]:.2f}; "
+                f"target >= {target:.1f}x: {verdict})"
+            )
+    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+
+
+def print_ratios(ours: dict[str, float], sdk: dict[str, float]) -> dict[str, float]:
+    """Print and return the platform / SDK ratio of each target's figure."""
     print("# platform / SDK in-memory (target)")
+    ratios = {}
     for name, target in TARGETS.items():
         ratio = ours[name] / sdk[name] if sdk[name] else float("inf")
+        ratios[name] = ratio
         verdict = "meets" if ratio >= target else "below"
-        print(f"  {name:<32} {ratio:>6.2f}x  (target >= {target:.1f}x: {verdict})")
-    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+        print(f"  {name:<32} {ratio:>6.2f}x  (target >= {target:.1f}x: {verdict})", flush=True)
+    return ratios
 
 
 if __name__ == "__main__":
