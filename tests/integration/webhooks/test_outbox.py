@@ -436,28 +436,11 @@ def test_claim_skips_a_config_another_claimer_holds(transactional_db, agent):
     push = register(task, "a")
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     head, behind = deliveries(push)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                PushConfig.objects.select_for_update().get(pk=push.pk)
-                locked.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with held_open(lambda: PushConfig.objects.select_for_update().get(pk=push.pk)):
         started = time.monotonic()
         # Skipped, not waited for, and the delivery behind it is not taken out of order.
         assert delivery_claim_head(config_pk=push.pk) is None
         assert time.monotonic() - started < 2
-    finally:
-        release.set()
-        holder.join()
     assert delivery_claim_head(config_pk=push.pk).delivery_pk == head.pk
 
 
