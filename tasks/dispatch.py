@@ -11,6 +11,7 @@ lifecycle service, so tasks/services.py may use it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -211,20 +212,12 @@ def dispatch_claim_next(*, agent: Agent, worker: str) -> DispatchClaim | None:
         return _claim(dispatch, worker)
 
 
-def _held(dispatch_id: int, worker: str):
-    return ExecutorDispatch.objects.select_for_update().filter(
-        pk=dispatch_id, state=DispatchState.CLAIMED, claimed_by=worker[:255]
-    )
-
-
-def dispatch_renew(*, dispatch_id: int, worker: str) -> bool:
-    """Push the lease forward. False: the lease was lost (swept, or the task finished)."""
-    with transaction.atomic():
-        return bool(
-            _held(dispatch_id, worker).update(
-                lease_expires_at=_lease_until(), updated_at=timezone.now()
-            )
-        )
+def dispatch_renew(*, dispatch_ids: Sequence[int], worker: str) -> int:
+    """Push the leases forward; how many of them `worker` still holds (a lease lost was
+    swept, or its task finished). One statement, atomic on its own."""
+    return ExecutorDispatch.objects.filter(
+        pk__in=dispatch_ids, state=DispatchState.CLAIMED, claimed_by=worker[:255]
+    ).update(lease_expires_at=_lease_until(), updated_at=timezone.now())
 
 
 def dispatch_finish(

@@ -76,7 +76,7 @@ class ClaimView(WorkerView):
 
 class DispatchRenewView(WorkerView):
     def post(self, request, dispatch_id: int):
-        if not dispatch_renew(dispatch_id=dispatch_id, worker=request.user.claimant):
+        if not dispatch_renew(dispatch_ids=[dispatch_id], worker=request.user.claimant):
             raise DispatchNotHeld(dispatch_id)
         return Response({"dispatchId": dispatch_id, "renewed": True})
 

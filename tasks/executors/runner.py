@@ -13,10 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
-
-from django.conf import settings
-from django.db import close_old_connections
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
@@ -25,11 +21,10 @@ from tasks.dispatch import (
     dispatch_claim,
     dispatch_claim_due,
     dispatch_finish,
-    dispatch_renew,
     ring_for_due_dispatches,
 )
 from tasks.errors import TaskTerminal
-from tasks.executors import get_executor
+from tasks.executors import get_executor, leases
 from tasks.executors.base import ExecutorContext, RunAgain
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB
 from tasks.state_machine import IllegalTransition
@@ -39,44 +34,6 @@ logger = logging.getLogger(__name__)
 
 # A run the database interrupted runs again this soon (the dispatch row keeps the ETA).
 RERUN_AFTER_SECONDS = 1.0
-
-
-class _LeaseKeeper:
-    """Renews the dispatch lease every third of its length while the executor runs. A renewal
-    the database refuses is tried again at the next interval on a fresh connection: a
-    restart must not let the lease lapse under a run that goes on."""
-
-    def __init__(self, dispatch_id: int, worker: str) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, args=(dispatch_id, worker), daemon=True, name="lease-keeper"
-        )
-
-    def _loop(self, dispatch_id: int, worker: str) -> None:
-        interval = max(settings.A2A_DISPATCH_LEASE_SECONDS / 3, 0.5)
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    if not dispatch_renew(dispatch_id=dispatch_id, worker=worker):
-                        return
-                except Exception as exc:
-                    if not database_unreachable(exc):
-                        raise
-                    logger.warning(
-                        "lease renewal refused by the database; trying again",
-                        extra={"dispatch_id": dispatch_id},
-                    )
-                    fresh_connection()
-        finally:
-            close_old_connections()
-
-    def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # How many dispatches one run_due job runs before it hands over to a job of its own (so the
@@ -153,7 +110,7 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
             logger.error("agent has no built-in executor", extra=extra)
             release()
             return "skipped"
-        with _LeaseKeeper(dispatch_id, worker):
+        with leases.keeper().held(dispatch_id, worker):
             outcome = executor(ctx)
     except Exception as exc:
         if database_unreachable(exc):
