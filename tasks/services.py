@@ -373,6 +373,7 @@ def task_answer(
     to_state: TaskState | str = TaskState.COMPLETED,
     message: MessageInput | str | None = None,
     seen: Task | None = None,
+    savepoint: bool = True,
 ) -> Task:
     """An executor's whole answer in one transaction, the task locked at most once: WORKING if the
     task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
@@ -388,12 +389,16 @@ def task_answer(
     refuses the move, it is built and written again the locked way, in the same transaction
     (the missed write wrote nothing). Same outcome either way, one round trip fewer.
 
+    `savepoint=False`: inside a caller's transaction, join it without a savepoint of its own
+    (two statements fewer); an error then rolls the caller's whole transaction back (a batch
+    of quick runs: runner._run_together, which then runs each again on its own).
+
     Raises TaskTerminal when the task finished meanwhile, IllegalTransition as
     task_transition does, TaskNotFound.
     """
     to_state = TaskState(to_state)
     art, chunk = _parse_artifact(artifact)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         task = None
         if seen is not None and seen.task_state == TaskState.SUBMITTED:
             # A refusal read from an unlocked row is not final: the lock decides.

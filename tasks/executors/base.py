@@ -38,6 +38,9 @@ class ExecutorContext:
     # The task row as a quick claim read it (not locked): the run's first answer writes
     # without locking the task when the task has not moved since (services.task_answer).
     claimed_task: Task | None = None
+    # Run in a batch's transaction (runner._run_together): the answer joins it without a
+    # savepoint; an error rolls the batch back, and the runner runs each claim again alone.
+    batched: bool = False
 
     # --- reads ---------------------------------------------------------------------------
     def task(self) -> Task:
@@ -114,7 +117,12 @@ class ExecutorContext:
             data["name"] = name
         seen, self.claimed_task = self.claimed_task, None
         services.task_answer(
-            task_id=self.task_id, artifact=data, to_state=state, message=text, seen=seen
+            task_id=self.task_id,
+            artifact=data,
+            to_state=state,
+            message=text,
+            seen=seen,
+            savepoint=not self.batched,
         )
         self.finished = state in TERMINAL_STATES
 

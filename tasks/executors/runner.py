@@ -11,8 +11,11 @@ history is skipped (tasks/executors/echo.py, scripted.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
+
+from django.db import transaction
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
@@ -39,9 +42,9 @@ RERUN_AFTER_SECONDS = 1.0
 # How many dispatches one run_due job runs before it hands over to a job of its own (so the
 # jobs queued behind it get their turn).
 DUE_BATCH = 100
-# In a backlog a job claims up to this many due dispatches in one transaction, then runs them
-# in turn: one claim statement and one commit per batch instead of per task. Each claim's
-# lease runs from the claim; a batch of quick runs ends well within it.
+# In a backlog a job claims up to this many due dispatches in one statement, then runs them
+# in turn in one transaction (`_run_together`): one claim and one commit per batch instead of
+# per task.
 CLAIM_BATCH = 10
 
 
@@ -65,9 +68,9 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
 
     The doorbell is cleared first, so a dispatch committed from then on rings for a job of
     its own. The first claim takes one dispatch; finding more after it means a backlog: from
-    then on the job claims up to CLAIM_BATCH at a time and each batch it finds rings, so one
-    more job waits on the queue for a free worker thread to join in, and past `limit` the
-    rest is left to it."""
+    then on the job claims up to CLAIM_BATCH at a time, runs each batch in one transaction
+    (`_run_together`), and each batch it finds rings, so one more job waits on the queue for
+    a free worker thread to join in, and past `limit` the rest is left to it."""
     doorbell.clear(RUN_DUE_DISPATCHES_JOB)
     ran = 0
     while ran < limit:
@@ -81,29 +84,73 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
             break
         if ran:
             ring_for_due_dispatches()
-        for claim in claims:
-            _run_claimed(claim, worker)
+        if len(claims) == 1:
+            _run_claimed(claims[0], worker)
+        else:
+            _run_together(claims, worker)
         ran += len(claims)
     return ran
+
+
+def _run_together(claims: list[DispatchClaim], worker: str) -> None:
+    """Run a batch of quick claims in one transaction: their answers commit together (one
+    BEGIN, one COMMIT and one WAL flush for the batch, not one per task), then each is
+    settled as `_run_claimed` settles it. The batch runs in task id order, so its task rows
+    are locked in the order a rebind locks them (webhooks/rebind.py).
+
+    If any run raises (a task canceled meanwhile, a deadlock, the database gone), the
+    transaction is rolled back, nothing of the batch is written, and each claim is run
+    again on its own, the locked way (`task=None`: the attempt moved the claim's row on in
+    memory), where its error is handled as a lone run's is."""
+    ordered = sorted(claims, key=lambda claim: claim.task_id)  # a UUID's text sorts as it does
+    runs: list[tuple[DispatchClaim, ExecutorContext, RunAgain | None]] = []
+    try:
+        with contextlib.ExitStack() as held:
+            for claim in ordered:
+                held.enter_context(leases.keeper().held(claim.dispatch_id, worker))
+            with transaction.atomic():
+                for claim in ordered:
+                    executor = get_executor(claim.executor)
+                    if executor is None:
+                        raise LookupError(f"no built-in executor {claim.executor!r}")
+                    ctx = _context(claim, batched=True)
+                    runs.append((claim, ctx, executor(ctx)))
+    except Exception:
+        logger.info(
+            "a batch of quick runs rolled back; running each on its own",
+            extra={"dispatch_ids": [claim.dispatch_id for claim in ordered]},
+            exc_info=True,
+        )
+        for claim in ordered:
+            _run_claimed(dataclasses.replace(claim, task=None), worker)
+        return
+    for claim, ctx, outcome in runs:
+        _settle(claim, ctx, outcome, worker)
+
+
+def _context(claim: DispatchClaim, *, batched: bool = False) -> ExecutorContext:
+    return ExecutorContext(
+        task_id=claim.task_id,
+        progress=dict(claim.progress),
+        user_parts=claim.user_parts,
+        claimed_task=claim.task,
+        batched=batched,
+    )
+
+
+def _release(claim: DispatchClaim, worker: str, **kwargs) -> None:
+    with_reconnect(
+        lambda: dispatch_finish(dispatch_id=claim.dispatch_id, worker=worker, **kwargs),
+        what="dispatch release",
+        extra={"dispatch_id": claim.dispatch_id, "task_id": claim.task_id},
+    )
 
 
 def _run_claimed(claim: DispatchClaim, worker: str) -> str:
     dispatch_id = claim.dispatch_id
     extra = {"dispatch_id": dispatch_id, "task_id": claim.task_id}
-    ctx = ExecutorContext(
-        task_id=claim.task_id,
-        progress=dict(claim.progress),
-        user_parts=claim.user_parts,
-        claimed_task=claim.task,
-    )
-
-    def release(**kwargs) -> None:
-        with_reconnect(
-            lambda: dispatch_finish(dispatch_id=dispatch_id, worker=worker, **kwargs),
-            what="dispatch release",
-            extra=extra,
-        )
-
+    ctx = _context(claim)
+    release = functools.partial(_release, claim, worker)
     try:
         executor = get_executor(claim.executor)
         if executor is None:
@@ -132,15 +179,23 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
         with_reconnect(lambda: _fail(claim.task_id), what="fail the task", extra=extra)
         release(progress=ctx.progress)
         return "failed"
+    return _settle(claim, ctx, outcome, worker)
+
+
+def _settle(
+    claim: DispatchClaim, ctx: ExecutorContext, outcome: RunAgain | None, worker: str
+) -> str:
+    """After a run that returned (and committed): its dispatch pending again at the ETA a
+    RunAgain asks for, left as it is after a terminal answer, else released."""
     if isinstance(outcome, RunAgain):
-        release(progress=ctx.progress, run_again_after=outcome.after_seconds)
+        _release(claim, worker, progress=ctx.progress, run_again_after=outcome.after_seconds)
         return "again"
     if ctx.finished:
         # The run's last verb committed a terminal state and, in that transaction, closed
         # this dispatch: a release would lock the task to find no claim (one transaction
         # and a WAL flush per task for nothing).
         return "done"
-    release(progress=ctx.progress)
+    _release(claim, worker, progress=ctx.progress)
     return "done"
 
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from a2a_platform.lib import doorbell
@@ -270,3 +271,62 @@ def test_a_quick_run_answers_from_its_claims_row_without_locking_the_task(store,
         task.refresh_from_db()
         assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
         assert task.artifacts.get().parts == task.messages.get().parts  # the echo
+
+
+def answer_transactions(tasks: list[Task]) -> list[list[str]]:
+    """The tasks' answers grouped by the transaction that wrote them (their events' xmin),
+    each group's tasks in the order their WORKING events were inserted."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xmin::text, task_id::text FROM tasks_taskevent"
+            " WHERE task_id = ANY(%s) AND seq = 2 ORDER BY id",
+            [[task.pk for task in tasks]],
+        )
+        groups: dict[str, list[str]] = {}
+        for xid, task_id in cursor.fetchall():
+            groups.setdefault(xid, []).append(task_id)
+    return list(groups.values())
+
+
+def test_a_backlogs_batches_are_answered_one_transaction_each(store, agent, broker):
+    tasks = [send(agent, f"m{i}") for i in range(21)]
+    with statements() as ran:
+        assert run_due(worker="w1") == 21
+    # An answer joins its batch's transaction without a savepoint of its own.
+    assert not [sql for sql in ran if "SAVEPOINT" in sql]
+    ids = [str(task.pk) for task in tasks]
+    groups = answer_transactions(tasks)
+    # The first claim's lone run, then two batches of CLAIM_BATCH, each one commit.
+    assert [len(group) for group in groups] == [1, 10, 10]
+    assert groups[0] == ids[:1]
+    for group, claimed in zip(groups[1:], (ids[1:11], ids[11:]), strict=True):
+        # Each batch's tasks written in task id order (a rebind locks task rows so).
+        assert group == sorted(claimed)
+    for task in tasks:
+        task.refresh_from_db()
+        assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
+        assert task.artifacts.get().parts == task.messages.get().parts
+        assert task.dispatches.get().state == DispatchState.DONE
+
+
+def test_a_run_that_fails_rolls_its_batch_back_and_each_runs_on_its_own(store, agent):
+    tasks = [send(agent, f"m{i}") for i in range(3)]
+    claims = dispatch_claim_due(worker="w1", limit=3)
+    # Canceled after its claim: its answer, built from the claim's row, misses and is
+    # decided under the lock, where the task is terminal (TaskTerminal).
+    services.task_cancel(task_id=tasks[1].pk)
+
+    runner._run_together(claims, "w1")
+
+    answered = [tasks[0], tasks[2]]
+    # Nothing of the batch stayed: each was answered in a transaction of its own.
+    assert sorted(answer_transactions(answered)) == sorted([[str(t.pk)] for t in answered])
+    for task in answered:
+        task.refresh_from_db()
+        assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
+        assert list(task.events.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4]
+        assert task.dispatches.get().state == DispatchState.DONE
+    canceled = Task.objects.get(pk=tasks[1].pk)
+    assert (canceled.task_state, canceled.last_seq) == (S.CANCELED, 2)
+    assert not canceled.artifacts.exists()
+    assert canceled.dispatches.get().state == DispatchState.DONE
