@@ -67,14 +67,14 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
     """Run the quick executors' due dispatches one after another; returns how many.
 
     The doorbell is cleared first, so a dispatch committed from then on rings for a job of
-    its own. The first claim takes one dispatch; finding more after it means a backlog: from
-    then on the job claims up to CLAIM_BATCH at a time, runs each batch in one transaction
-    (`_run_together`), and each batch it finds rings, so one more job waits on the queue for
-    a free worker thread to join in, and past `limit` the rest is left to it."""
+    its own. Each claim takes up to CLAIM_BATCH due dispatches, and a batch of more than one
+    runs in one transaction (`_run_together`). A full batch means a backlog: it rings, so one
+    more job waits on the queue for a free worker thread to join in, and past `limit` the
+    rest is left to it."""
     doorbell.clear(RUN_DUE_DISPATCHES_JOB)
     ran = 0
     while ran < limit:
-        batch = min(CLAIM_BATCH, limit - ran) if ran else 1
+        batch = min(CLAIM_BATCH, limit - ran)
         claims = with_reconnect(
             functools.partial(dispatch_claim_due, worker=worker, limit=batch),
             what="dispatch claim",
@@ -82,7 +82,7 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
         )
         if not claims:
             break
-        if ran:
+        if len(claims) == batch:
             ring_for_due_dispatches()
         if len(claims) == 1:
             _run_claimed(claims[0], worker)

@@ -89,7 +89,7 @@ def test_a_job_past_its_limit_rings_for_the_rest(agent, broker):
     tasks = [send(agent, f"m{i}") for i in range(3)]
     broker.delete("agents")
     assert run_due(worker="w1", limit=2) == 2
-    # Finding a second dispatch meant a backlog: a job waits for the rest.
+    # A full batch meant a backlog: a job waits for the rest.
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
     states = sorted(Task.objects.get(pk=t.pk).task_state.short for t in tasks)
     assert states == ["completed", "completed", "submitted"]
@@ -158,9 +158,9 @@ def test_a_backlog_is_claimed_in_batches_and_every_task_run_once(store, agent, b
     monkeypatch.setattr(runner, "dispatch_claim_due", counted)
     broker.delete("agents")
     assert run_due(worker="w1") == 25
-    # One claim finds the first; from the second on, a backlog: batches of CLAIM_BATCH.
-    assert sizes == [1, 10, 10, 4, 0]
-    # The three batches rang for one helper between them.
+    # Batches of CLAIM_BATCH, then the rest.
+    assert sizes == [10, 10, 5, 0]
+    # The two full batches rang for one helper between them.
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
     for task in tasks:
         dispatch = task.dispatches.get()
@@ -296,10 +296,10 @@ def test_a_backlogs_batches_are_answered_one_transaction_each(store, agent, brok
     assert not [sql for sql in ran if "SAVEPOINT" in sql]
     ids = [str(task.pk) for task in tasks]
     groups = answer_transactions(tasks)
-    # The first claim's lone run, then two batches of CLAIM_BATCH, each one commit.
-    assert [len(group) for group in groups] == [1, 10, 10]
-    assert groups[0] == ids[:1]
-    for group, claimed in zip(groups[1:], (ids[1:11], ids[11:]), strict=True):
+    # Two batches of CLAIM_BATCH and the last one alone, each one commit.
+    assert [len(group) for group in groups] == [10, 10, 1]
+    assert groups[2] == ids[20:]
+    for group, claimed in zip(groups[:2], (ids[:10], ids[10:20]), strict=True):
         # Each batch's tasks written in task id order (a rebind locks task rows so).
         assert group == sorted(claimed)
     for task in tasks:
