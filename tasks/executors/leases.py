@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -43,6 +44,9 @@ class LeaseKeeper:
         self._held: dict[int, tuple[str, float]] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        # When the waiting keeper wakes next (inf: not before a hold wakes it). A hold due
+        # later wakes nobody: a thread woken per run cost what a thread per run did.
+        self._until = math.inf
 
     @contextlib.contextmanager
     def held(self, dispatch_id: int, worker: str) -> Iterator[None]:
@@ -52,7 +56,8 @@ class LeaseKeeper:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True, name="lease-keeper")
                 self._thread.start()
-            self._changed.notify()
+            elif self._held[dispatch_id][1] < self._until:
+                self._changed.notify()
         try:
             yield
         finally:
@@ -87,8 +92,8 @@ class LeaseKeeper:
                     for dispatch_id in ids:
                         self._held[dispatch_id] = (self._held[dispatch_id][0], following)
                 return due
-            earliest = min((at for _, at in self._held.values()), default=None)
-            self._changed.wait(None if earliest is None else earliest - now)
+            self._until = min((at for _, at in self._held.values()), default=math.inf)
+            self._changed.wait(None if self._until == math.inf else self._until - now)
 
     def _renew(self, due: dict[str, list[int]]) -> None:
         for worker, ids in due.items():

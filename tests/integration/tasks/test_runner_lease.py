@@ -3,6 +3,7 @@ process): a run longer than its lease is renewed while it runs, so the sweeper n
 over; a quick run costs no thread of its own."""
 
 import contextlib
+import math
 import threading
 import time
 
@@ -139,7 +140,7 @@ def test_a_lost_lease_is_not_taken_back_and_the_others_are_still_renewed(setting
     assert kept_row.lease_expires_at > kept.lease_expires_at
 
 
-def test_quick_runs_start_no_thread_each(settings, fresh_keeper, monkeypatch):
+def test_quick_runs_start_no_thread_and_wake_no_keeper(settings, fresh_keeper, monkeypatch):
     agent = AgentFactory(executor="echo")
     for n in range(20):
         services.task_create(agent=agent, owner="o", message=user_message(f"hi {n}"))
@@ -151,9 +152,24 @@ def test_quick_runs_start_no_thread_each(settings, fresh_keeper, monkeypatch):
         return real_start(self)
 
     monkeypatch.setattr(threading.Thread, "start", counted)
+    woken: list[float] = []
+    real_notify = fresh_keeper._changed.notify
 
-    assert runner.run_due(worker="w1") == 20
+    def notify(n=1):
+        woken.append(time.monotonic())
+        real_notify(n)
 
-    # The keeper's own thread, once; none per run.
+    # A long run elsewhere in this process: the keeper waits for its lease's renewal.
+    with fresh_keeper.held(0, "elsewhere"):
+        deadline = time.monotonic() + 5
+        while fresh_keeper._until == math.inf and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.setattr(fresh_keeper._changed, "notify", notify)
+
+        assert runner.run_due(worker="w1") == 20
+
+    # The keeper's own thread, once; none per run. And none of the runs woke it: each lease
+    # is due later than the one it waits for.
     assert started == ["lease-keeper"]
+    assert woken == []
     assert ExecutorDispatch.objects.filter(state=DispatchState.DONE).count() == 20
