@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +32,21 @@ def _get_executor() -> ThreadPoolExecutor:
         with _lock:
             if _executor is None:
                 _executor = ThreadPoolExecutor(
-                    max_workers=settings.A2A_ORM_THREADS, thread_name_prefix="orm"
+                    max_workers=settings.A2A_ORM_THREADS,
+                    thread_name_prefix="orm",
+                    initializer=_no_wakeup_preemption,
                 )
     return _executor
+
+
+def _no_wakeup_preemption() -> None:
+    """Linux's SCHED_BATCH for this ORM thread: woken, it does not preempt the running
+    thread. The event loop's thread holds the GIL when it hands a call over; an ORM thread
+    that preempted it could only wait for the GIL, two context switches per call on a busy
+    core (docs/decisions.md, "Issue 19, tenth pass"). Same priority otherwise; a no-op
+    where the policy does not exist."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def _call(fn: Callable[[], T]) -> T:
