@@ -72,7 +72,9 @@ class LeaseKeeper:
                 self._renew(due)
             finally:
                 # Back to the pool: renewals are rare, a connection held between them is not.
-                connections.close_all()
+                # Never the end of the keeper: a close that fails leaves the next to retry.
+                with contextlib.suppress(Exception):
+                    connections.close_all()
 
     def _wait_for_due(self) -> dict[str, list[int]]:
         """Wait (holding the condition) until some lease is due for renewal; those due (or due

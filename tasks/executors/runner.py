@@ -42,9 +42,8 @@ RERUN_AFTER_SECONDS = 1.0
 # How many dispatches one run_due job runs before it hands over to a job of its own (so the
 # jobs queued behind it get their turn).
 DUE_BATCH = 100
-# In a backlog a job claims up to this many due dispatches in one statement, then runs them
-# in turn in one transaction (`_run_together`): one claim and one commit per batch instead of
-# per task.
+# A job claims up to this many due dispatches in one statement and runs a batch of more than
+# one in one transaction (`_run_together`): one claim and one commit per batch, not per task.
 CLAIM_BATCH = 10
 
 
