@@ -79,7 +79,7 @@ def _task_pk(task_id: object) -> uuid.UUID:
 
 def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Message:
     if isinstance(message, a2a_pb2.Message):
-        return wire.parse_message(wire.to_json(message), field=field)
+        return wire.check_message(message, field=field)
     return wire.parse_message(message, field=field)
 
 

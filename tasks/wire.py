@@ -22,8 +22,7 @@ from tasks.errors import InvalidPayload
 
 def timestamp_json(value: datetime) -> str:
     """ISO 8601 UTC with millisecond precision and a `Z` (spec §5.6.1)."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"
 
 
 def to_json(message: ProtoMessage) -> dict[str, Any]:
@@ -128,7 +127,11 @@ def _check_parts(parts: Any, field: str) -> None:
 def parse_message(data: Any, *, field: str = "message") -> a2a_pb2.Message:
     """Validate an A2A Message: messageId, a role and at least one part with content."""
     _check_raw_base64(data, field)
-    msg = parse_proto(data, a2a_pb2.Message, field)
+    return check_message(parse_proto(data, a2a_pb2.Message, field), field=field)
+
+
+def check_message(msg: a2a_pb2.Message, *, field: str = "message") -> a2a_pb2.Message:
+    """`parse_message`'s rules for a message already parsed (its base64 already decoded)."""
     _check_lengths(field, messageId=msg.message_id, contextId=msg.context_id, taskId=msg.task_id)
     if not msg.message_id:
         raise InvalidPayload(f"{field}.messageId", "is required")

@@ -51,6 +51,12 @@ def parse_request(params: Any, proto_cls: type) -> Any:
         raise invalid_params("params", f"invalid value: {exc}"[:300]) from None
 
 
+def _without_message(params: Any) -> Any:
+    if isinstance(params, dict) and "message" in params:
+        return {key: value for key, value in params.items() if key != "message"}
+    return params
+
+
 def _error_path(parse_error: str) -> str:
     """`... at SendMessageRequest.message.role.` -> `message.role` (the offending field)."""
     _, sep, where = parse_error.rpartition(" at ")
@@ -168,8 +174,9 @@ async def accept_message(
     `wake_on_new` (a blocking send): a new task's id is chosen here and subscribed to on the
     event hub before the write, so its first wake-up cannot be missed and the waiter needs no
     read until then (`Accepted.woken`)."""
-    req = parse_request(params, a2a_pb2.SendMessageRequest)
-    if not req.HasField("message"):
+    # The request without its message, which is parsed once, below, as the client sent it.
+    req = parse_request(_without_message(params), a2a_pb2.SendMessageRequest)
+    if params.get("message") is None:  # absent, or null (ProtoJSON's unset)
         raise invalid_params("message", "is required")
     config = req.configuration
     history_length = parse_history_length(config) if req.HasField("configuration") else None
@@ -181,7 +188,7 @@ async def accept_message(
         given = params["configuration"]
         key = "taskPushNotificationConfig"
         raw_push = given[key] if key in given else given["task_push_notification_config"]
-    # Validate the message as the client sent it (base64, lengths, parts), not re-encoded.
+    # Validate the message as the client sent it (base64, lengths, parts).
     msg = wire.parse_message(params["message"])
     if msg.role != a2a_pb2.ROLE_USER:
         raise invalid_params("message.role", "a client message must have role ROLE_USER")

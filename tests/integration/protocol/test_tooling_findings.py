@@ -103,6 +103,18 @@ def test_a_wire_format_error_names_the_field_and_what_to_send(wire, agent, messa
         assert internal not in error["message"] + violation["description"]
 
 
+@pytest.mark.parametrize("message", [5, "hello", [], True])
+def test_a_message_that_is_not_an_object_is_named_and_nothing_is_created(wire, agent, message):
+    from tasks.models import Task
+
+    params = {"message": message, "configuration": {"returnImmediately": True}}
+    error = wire.rpc("SendMessage", params, headers={"A2A-Version": "1.0"})["error"]
+    assert error["code"] == -32602
+    [violation] = next(d for d in error["data"] if "fieldViolations" in d)["fieldViolations"]
+    assert violation == {"field": "message", "description": "must be a JSON object"}
+    assert not Task.objects.exists()
+
+
 def test_a_message_over_the_part_limit_is_refused_and_nothing_is_created(wire, agent, settings):
     from tasks.models import Task
 

@@ -5,9 +5,10 @@ production runs and the ORM twin the embedded SQLite database runs.
 """
 
 import pytest
+from a2a.types import a2a_pb2
 from django.db import connection, transaction
 
-from tasks import selectors, services, task_store
+from tasks import selectors, services, task_store, wire
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.models import DispatchState, MessageReceipt, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
@@ -316,3 +317,32 @@ def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):
         services.task_cancel(task_id=task.id)
     assert Task.objects.count() == 1
     assert Task.objects.get().state == TaskState.SUBMITTED
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"message_id": ""}, "message.messageId"),
+        ({"role": a2a_pb2.ROLE_UNSPECIFIED}, "message.role"),
+        ({"message_id": "m" * 256}, "message.messageId"),
+    ],
+)
+def test_a_parsed_message_is_held_to_the_wire_rules_and_nothing_is_written(agent, change, field):
+    """A caller may hand task_send a message it parsed itself (a proto): it is checked by the
+    rules a client's JSON is (wire.check_message), not trusted."""
+    message = wire.parse_message(user_message("hi"))
+    for name, value in change.items():
+        setattr(message, name, value)
+    with pytest.raises(InvalidPayload) as exc:
+        services.task_send(agent=agent, owner="a", message=message)
+    assert exc.value.field == field
+    assert not Task.objects.exists()
+
+
+def test_a_parsed_message_without_parts_is_refused(agent):
+    message = wire.parse_message(user_message("hi"))
+    del message.parts[:]
+    with pytest.raises(InvalidPayload) as exc:
+        services.task_send(agent=agent, owner="a", message=message)
+    assert exc.value.field == "message.parts"
+    assert not Task.objects.exists()
