@@ -52,6 +52,8 @@ def parse_request(params: Any, proto_cls: type) -> Any:
 
 
 def _without_message(params: Any) -> Any:
+    """SendMessage's params but its message (anything else as it is, for parse_request to
+    refuse)."""
     if isinstance(params, dict) and "message" in params:
         return {key: value for key, value in params.items() if key != "message"}
     return params
@@ -174,6 +176,7 @@ async def accept_message(
     `wake_on_new` (a blocking send): a new task's id is chosen here and subscribed to on the
     event hub before the write, so its first wake-up cannot be missed and the waiter needs no
     read until then (`Accepted.woken`)."""
+    params = {} if params is None else params  # as parse_request takes it
     # The request without its message, which is parsed once, below, as the client sent it.
     req = parse_request(_without_message(params), a2a_pb2.SendMessageRequest)
     if params.get("message") is None:  # absent, or null (ProtoJSON's unset)
