@@ -2,6 +2,7 @@
 request on its own work (figures, never assertions).
 
     .venv/bin/python bench/web_bench.py [--requests 4000] [--rounds 3] [--concurrency 16]
+                                        [--history 5000] [--only GetTask]
 
 What runs: a database of the bench's own (`a2a_bench_web` on the machine's PostgreSQL, created
 afresh, migrated) with one echo agent and a client API key; in this process (pinned to CPU 0
@@ -16,11 +17,15 @@ parser, no client: what is measured is the platform's code and its database work
 - **SendMessage returnImmediately**: `POST /message:send`, the task opened and its dispatch
   announced (the executor job is not run: no worker here).
 
-Each figure runs --rounds times, the figures alternating, after a warm-up. Per request: this
-process's CPU (`time.process_time`, the ORM threads included), its PostgreSQL backends' (from
-/proc) and the wall time; medians of the rounds. For an A/B of two commits, run it in each
-worktree, alternating. The whole platform under HTTP load, against the official SDK:
-bench/sdk_compare.py.
+Before the rounds, --history returnImmediately sends fill the tables and `VACUUM ANALYZE`
+reads their statistics, as autovacuum would on a database in use: the statements the
+warm-up prepares are planned for tables of their size (planned on nearly empty tables, a
+lookup by key can walk an index that grows with every round). Each figure (or, with
+--only, the ones named) runs --rounds times, the figures alternating, after a warm-up.
+Per request: this process's CPU (`time.process_time`, the ORM threads included), its
+PostgreSQL backends' (from /proc) and the wall time; medians of the rounds. For an A/B of
+two commits, run it in each worktree, alternating. The whole platform under HTTP load,
+against the official SDK: bench/sdk_compare.py.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ECHO_AGENT, ROOT, fresh_database, platform_env  # noqa: E402
 
 DATABASE = "a2a_bench_web"
+FIGURES = ("agent card", "GetTask", "SendMessage returnImmediately")
 
 
 def _cpu_of(pids: list[int]) -> float:
@@ -120,7 +126,9 @@ def main() -> None:
     parser.add_argument(
         "--history", type=int, default=5000, help="tasks opened before the statistics are read"
     )
-    parser.add_argument("--only", action="append", help="this figure only (repeatable)")
+    parser.add_argument(
+        "--only", action="append", choices=FIGURES, help="this figure only (repeatable)"
+    )
     args = parser.parse_args()
 
     url = fresh_database(DATABASE)
@@ -180,7 +188,7 @@ async def _bench(args, url: str, token: str) -> None:
     assert state == TaskState.COMPLETED, state
 
     counter = iter(range(10**9))
-    figures = figures_all = {
+    figures = every = {
         "agent card": lambda: (_scope("GET", "/.well-known/agent-card.json", []), b""),
         "GetTask": lambda: (_scope("GET", f"/tasks/{task_id}", auth), b""),
         "SendMessage returnImmediately": lambda: (
@@ -206,10 +214,8 @@ async def _bench(args, url: str, token: str) -> None:
 
         await asyncio.gather(*(one_client() for _ in range(args.concurrency)))
 
-    # Tables of some size, their statistics read: the plans the warm-up caches are those of a
-    # database in use (planned on a nearly empty table, a statement may scan a table that
-    # grows faster than autovacuum's next ANALYZE).
-    await drive(figures_all["SendMessage returnImmediately"], args.history)
+    # Tables of some size, their statistics read (the module docstring says why).
+    await drive(every["SendMessage returnImmediately"], args.history)
     _analyze(url)
     for make in figures.values():  # warm-up: prepared statements, caches, pool
         await drive(make, 500)
