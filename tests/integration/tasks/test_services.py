@@ -5,7 +5,6 @@ production runs and the ORM twin the embedded SQLite database runs.
 """
 
 import pytest
-from a2a.types import a2a_pb2
 from django.db import connection, transaction
 
 from tasks import selectors, services, task_store, wire
@@ -323,7 +322,7 @@ def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):
     ("change", "field"),
     [
         ({"message_id": ""}, "message.messageId"),
-        ({"role": a2a_pb2.ROLE_UNSPECIFIED}, "message.role"),
+        ({"context_id": "c" * 256}, "message.contextId"),
         ({"message_id": "m" * 256}, "message.messageId"),
     ],
 )
