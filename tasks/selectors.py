@@ -13,7 +13,7 @@ from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, Message, Task, TaskEvent
-from tasks.task_store import Snapshot, get_task_store
+from tasks.task_store import Snapshot, SnapshotKey, get_task_store
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -31,15 +31,22 @@ def task_for_owner(*, agent_id: int, owner: str, task_id: object) -> Task | None
     return get_task_store().visible(agent_id, owner, pk)
 
 
-def task_snapshot_for_owner(
+def snapshot_key(
     *, agent_id: int, owner: str, task_id: object, history_length: int | None
-) -> Snapshot | None:
-    """task_for_owner with its history (None all, 0 none, N newest N) and artifacts, read
-    together (GetTask: one statement on PostgreSQL); None for unknown and foreign ids."""
+) -> SnapshotKey | None:
+    """What `task_snapshots_for_owner` reads for one GetTask: the task visible to `owner` on
+    this agent, with its newest `history_length` messages (None all, 0 none). None for a
+    malformed id (no task has it)."""
     pk = _uuid(task_id)
     if pk is None:
         return None
-    return get_task_store().visible_snapshot(agent_id, owner, pk, history_length)
+    return SnapshotKey(agent_id, owner, pk, history_length)
+
+
+def task_snapshots_for_owner(*, keys: list[SnapshotKey]) -> list[Snapshot | None]:
+    """For each key, in order, task_for_owner with its history and artifacts, read together,
+    or None for unknown and foreign ids. One statement on PostgreSQL however many keys."""
+    return get_task_store().visible_snapshots(keys)
 
 
 def task_history(task: Task, history_length: int | None) -> list[Message]:
@@ -113,9 +120,9 @@ def task_settled_snapshot(
     history_length: int | None,
 ) -> tuple[bool, Snapshot | None] | None:
     """Whether a task visible to `owner` on this agent has settled (terminal or interrupted;
-    with `after_seq`, by a status event after that seq), and then its
-    `task_snapshot_for_owner`, read together: (True, snapshot) or (False, None); None for
-    unknown and foreign ids. One statement on PostgreSQL."""
+    with `after_seq`, by a status event after that seq), and then its snapshot (as
+    `task_snapshots_for_owner` reads it), read together: (True, snapshot) or (False, None);
+    None for unknown and foreign ids. One statement on PostgreSQL."""
     pk = _uuid(task_id)
     if pk is None:
         return None

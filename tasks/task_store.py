@@ -65,6 +65,17 @@ Snapshot = tuple[Task, list[Message], list[Artifact]]
 
 
 @dataclass(frozen=True)
+class SnapshotKey:
+    """Which task `visible_snapshots` reads, for whom, and how much of its history (None all,
+    0 none, N the newest N)."""
+
+    agent_pk: int
+    owner: str
+    task_pk: uuid.UUID
+    history_limit: int | None
+
+
+@dataclass(frozen=True)
 class DispatchClaimRow:
     """What `claim_dispatch` did to one dispatch row."""
 
@@ -131,11 +142,11 @@ class TaskStore(Protocol):
         """The task if it belongs to this agent and owner, else None (foreign = unknown)."""
         ...
 
-    def visible_snapshot(
-        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> Snapshot | None:
-        """`visible`, `history` (the newest `history_limit`, None all, 0 none) and `artifacts`
-        of the task together (one statement on PostgreSQL: GetTask's read), or None."""
+    def visible_snapshots(self, keys: list[SnapshotKey]) -> list[Snapshot | None]:
+        """For each key, in order: `visible`, `history` (the key's `history_limit`) and
+        `artifacts` of its task together, or None (unknown or foreign). One statement on
+        PostgreSQL however many keys: GetTask's read, its concurrent calls read together
+        (a2a_platform/lib/orm.Coalesced)."""
         ...
 
     def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
@@ -153,9 +164,9 @@ class TaskStore(Protocol):
     ) -> tuple[bool, Snapshot | None] | None:
         """Whether the task (`visible` to this agent and owner) has settled: it is terminal
         or interrupted and, with `after_seq`, a status event came after that seq. Settled:
-        (True, its `visible_snapshot`), read with it; not yet: (False, None); None when it is
-        not visible. One statement on PostgreSQL: a blocking SendMessage's read on each
-        wake-up, its answer included."""
+        (True, its snapshot as `visible_snapshots` reads it), read with it; not yet: (False,
+        None); None when it is not visible. One statement on PostgreSQL: a blocking
+        SendMessage's read on each wake-up, its answer included."""
         ...
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
@@ -257,31 +268,45 @@ def _visible_sql() -> str:
     )
 
 
-@functools.cache
-def _visible_snapshot_sql(settled: bool = False) -> str:
-    """The task with its history and artifacts. `settled`: a first column says whether it has
-    settled (`settled_snapshot`), and its history and artifacts are read only if it has."""
+def _history_and_artifacts(limit: str) -> tuple[str, str]:
+    """The two columns a snapshot adds to task `t`'s row: its newest `limit` messages (an SQL
+    expression; NULL all) and its artifacts, each a `json_agg` (`from_json_rows`)."""
     history = (
         f"(SELECT json_agg(json_build_array({columns(Message, 'h')}) ORDER BY h.id) FROM ("
         "SELECT * FROM tasks_message m WHERE m.task_id = t.id "
-        "ORDER BY m.id DESC LIMIT %(limit)s) h)"
+        f"ORDER BY m.id DESC LIMIT {limit}) h)"
     )
     artifacts = (
         f"(SELECT json_agg(json_build_array({columns(Artifact, 'x')}) ORDER BY x.id) "
         "FROM tasks_artifact x WHERE x.task_id = t.id)"
     )
-    head, join = "", ""
-    if settled:
-        head = "s.settled, "
-        join = (
-            " CROSS JOIN LATERAL (SELECT t.state = ANY(%(settled)s) AND (%(after)s::integer "
-            "IS NULL OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
-            "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) AS settled) s"
-        )
-        history = f"CASE WHEN s.settled THEN {history} END"
-        artifacts = f"CASE WHEN s.settled THEN {artifacts} END"
+    return history, artifacts
+
+
+@functools.cache
+def _visible_snapshots_sql() -> str:
+    """Each key's task with its history and artifacts, after the key's position (1-based) in
+    the arrays; a key whose task is not visible has no row."""
+    history, artifacts = _history_and_artifacts("k.lim")
     return (
-        f"SELECT {head}{columns(Task, 't')}, {history}, {artifacts} FROM tasks_task t{join} "
+        f"SELECT k.ord, {columns(Task, 't')}, {history}, {artifacts} "
+        "FROM unnest(%(tasks)s::uuid[], %(agents)s::integer[], %(owners)s::text[], "
+        "%(limits)s::integer[]) WITH ORDINALITY k(task, agent, owner, lim, ord) "
+        "JOIN tasks_task t ON t.id = k.task AND t.agent_id = k.agent AND t.owner = k.owner"
+    )
+
+
+@functools.cache
+def _settled_snapshot_sql() -> str:
+    """Whether the task has settled (`settled_snapshot`), then its row, and its history and
+    artifacts only if it has."""
+    history, artifacts = _history_and_artifacts("%(limit)s")
+    return (
+        f"SELECT s.settled, {columns(Task, 't')}, CASE WHEN s.settled THEN {history} END, "
+        f"CASE WHEN s.settled THEN {artifacts} END FROM tasks_task t "
+        "CROSS JOIN LATERAL (SELECT t.state = ANY(%(settled)s) AND (%(after)s::integer "
+        "IS NULL OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
+        "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) AS settled) s "
         "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
     )
 
@@ -534,7 +559,8 @@ _INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
 
 
 def _snapshot(row) -> Snapshot:
-    """A `_visible_snapshot_sql` row as `visible_snapshot` returns it."""
+    """A snapshot statement's row (the task's columns, its history, its artifacts) as
+    `visible_snapshots` returns it."""
     *values, history, artifacts = row
     task = from_row(Task, values)
     messages = from_json_rows(Message, history)
@@ -596,14 +622,17 @@ class PgTaskStore:
         rows = run_prepared(_visible_sql(), {"task": task_pk, "agent": agent_pk, "owner": owner})
         return from_row(Task, rows[0]) if rows else None
 
-    def visible_snapshot(
-        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> Snapshot | None:
-        rows = run_prepared(
-            _visible_snapshot_sql(),
-            {"task": task_pk, "agent": agent_pk, "owner": owner, "limit": history_limit},
-        )
-        return _snapshot(rows[0]) if rows else None
+    def visible_snapshots(self, keys: list[SnapshotKey]) -> list[Snapshot | None]:
+        params = {
+            "tasks": [k.task_pk for k in keys],
+            "agents": [k.agent_pk for k in keys],
+            "owners": [k.owner for k in keys],
+            "limits": [k.history_limit for k in keys],
+        }
+        found: list[Snapshot | None] = [None] * len(keys)
+        for position, *row in run_prepared(_visible_snapshots_sql(), params):
+            found[position - 1] = _snapshot(row)
+        return found
 
     def settled_snapshot(
         self,
@@ -622,7 +651,7 @@ class PgTaskStore:
             "settled": _SETTLED,
             "status": _STATUS,
         }
-        rows = run_prepared(_visible_snapshot_sql(settled=True), params)
+        rows = run_prepared(_settled_snapshot_sql(), params)
         if not rows:
             return None
         settled, *row = rows[0]
@@ -799,11 +828,12 @@ class OrmTaskStore:
     def visible(self, agent_pk: int, owner: str, task_pk: uuid.UUID) -> Task | None:
         return Task.objects.filter(pk=task_pk, agent_id=agent_pk, owner=owner).first()
 
-    def visible_snapshot(
-        self, agent_pk: int, owner: str, task_pk: uuid.UUID, history_limit: int | None
-    ) -> Snapshot | None:
-        task = self.visible(agent_pk, owner, task_pk)
-        return self._snapshot(task, history_limit) if task is not None else None
+    def visible_snapshots(self, keys: list[SnapshotKey]) -> list[Snapshot | None]:
+        found: list[Snapshot | None] = []
+        for key in keys:
+            task = self.visible(key.agent_pk, key.owner, key.task_pk)
+            found.append(self._snapshot(task, key.history_limit) if task is not None else None)
+        return found
 
     def settled_snapshot(
         self,

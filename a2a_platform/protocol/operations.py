@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from a2a.types import a2a_pb2
 from django.conf import settings
 
-from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.orm import Coalesced, run_orm
 from a2a_platform.protocol.common import (
     Accepted,
     Params,
@@ -110,18 +110,11 @@ async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
         if answer is not None:
             return answer
 
-    def read_now() -> dict:
-        # The task, its history and artifacts in one read (GetTask's statement).
-        return render(
-            selectors.task_snapshot_for_owner(
-                agent_id=ctx.agent.pk,
-                owner=ctx.principal,
-                task_id=task_id,
-                history_length=history_length,
-            )
-        )
-
-    return await orm(read_now)
+    # The task, its history and artifacts in one read (GetTask's).
+    found = await read_snapshot(ctx, task_id, history_length)
+    if found is None:
+        raise from_domain(TaskNotFound(task_id))
+    return render(found)
 
 
 async def wait_until_settled(
@@ -165,26 +158,30 @@ async def wait_until_settled(
 # --- Tasks ---------------------------------------------------------------------------------
 
 
+# The snapshot reads of one turn of the event loop, read together (one statement).
+_snapshots = Coalesced(lambda keys: selectors.task_snapshots_for_owner(keys=keys))
+
+
+async def read_snapshot(
+    ctx: Ctx, task_id: object, history_length: int | None
+) -> selectors.Snapshot | None:
+    """The task visible to the caller with its history and artifacts (None: unknown or
+    foreign), read with the other requests' in the same turn."""
+    key = selectors.snapshot_key(
+        agent_id=ctx.agent.pk, owner=ctx.principal, task_id=task_id, history_length=history_length
+    )
+    return await _snapshots(key) if key is not None else None
+
+
 async def get_task(ctx: Ctx, params: Params) -> dict:
     req = parse_request(params, a2a_pb2.GetTaskRequest)
     if not req.id:
         raise invalid_params("id", "is required")
-    history_length = parse_history_length(req)
-
-    def read() -> dict:
-        # The task, its history and artifacts in one read (not visible_task + snapshot).
-        found = selectors.task_snapshot_for_owner(
-            agent_id=ctx.agent.pk,
-            owner=ctx.principal,
-            task_id=req.id,
-            history_length=history_length,
-        )
-        if found is None:
-            raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": req.id[:100]})
-        task, history, artifacts = found
-        return wire.task_json(task, history=history, artifacts=artifacts)
-
-    return await orm(read)
+    found = await read_snapshot(ctx, req.id, parse_history_length(req))
+    if found is None:
+        raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": req.id[:100]})
+    task, history, artifacts = found
+    return wire.task_json(task, history=history, artifacts=artifacts)
 
 
 async def cancel_task(ctx: Ctx, params: Params) -> dict:

@@ -21,7 +21,12 @@ class Wire:
     """Synchronous helpers around an httpx client bound to the ASGI app."""
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        async def go() -> httpx.Response:
+        return self.concurrently([(method, path, kw)])[0]
+
+    def concurrently(self, requests: list[tuple[str, str, dict]]) -> list[httpx.Response]:
+        """(method, path, httpx keyword arguments) each, made at once; answers in order."""
+
+        async def go() -> list[httpx.Response]:
             # Each call runs in a fresh event loop: give it the event hub a web process has
             # (started in the lifespan under uvicorn), and close it afterwards.
             hub = get_hub()
@@ -31,7 +36,9 @@ class Wire:
                 async with httpx.AsyncClient(
                     transport=transport, base_url="http://testserver"
                 ) as c:
-                    return await c.request(method, path, **kw)
+                    return await asyncio.gather(
+                        *(c.request(method, path, **kw) for method, path, kw in requests)
+                    )
             finally:
                 await hub.stop()
 

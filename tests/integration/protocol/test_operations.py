@@ -93,7 +93,7 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
 
     reads = spy(monkeypatch, selectors, "task_settled_snapshot")
     # The read that finds it settled brings the answer: no second read for it.
-    snapshots = spy(monkeypatch, selectors, "task_snapshot_for_owner")
+    snapshots = spy(monkeypatch, selectors, "task_snapshots_for_owner")
     moved_at: list[float] = []
 
     def finish():
@@ -207,6 +207,48 @@ def test_get_task_history_length(wire, agent, key):
     rest = wire.request("GET", f"/tasks/{task_id}?historyLength=1", headers=_auth(key))
     assert rest.headers["content-type"].startswith("application/a2a+json")
     assert [m["parts"][0]["text"] for m in rest.json()["history"]] == ["m2"]
+
+
+def test_get_tasks_made_at_once_are_read_together_each_answered_as_asked(
+    wire, agent, key, monkeypatch
+):
+    # Concurrent GetTasks of different callers, tasks and history lengths, with a foreign, an
+    # unknown and a malformed id among them: one statement reads them (each one's keys), and
+    # each caller gets its own answer, as alone.
+    from tasks import selectors
+
+    mine = _send(wire, headers=_auth(key), text="mine")["result"]["task"]["id"]
+    anons = _send(wire, text="anon")["result"]["task"]["id"]
+    services.task_append_message(task_id=mine, message={**user_message("m"), "role": "ROLE_AGENT"})
+    unknown = "00000000-0000-0000-0000-000000000000"
+
+    def get(task_id, headers=None, **extra):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id, **extra}}
+        return ("POST", "/", {"json": body, "headers": headers or {}})
+
+    asked = [
+        get(mine, _auth(key)),
+        get(mine, _auth(key), historyLength=1),
+        get(anons),
+        get(mine),  # foreign: the anonymous caller does not own it
+        get(anons, _auth(key)),  # foreign the other way
+        get(unknown, _auth(key)),
+        get("not-a-uuid"),
+        get(mine, _auth(key), historyLength=0),
+    ]
+    alone = [wire.request(*one[:2], **one[2]).json() for one in asked]
+    reads = spy(monkeypatch, selectors, "task_snapshots_for_owner")
+    together = [r.json() for r in wire.concurrently(asked)]
+    assert together == alone
+    texts = [[m["parts"][0]["text"] for m in a["result"].get("history", [])] for a in alone[:3]]
+    assert texts == [["mine", "m"], ["m"], ["anon"]]
+    assert [a["error"]["code"] for a in alone[3:7]] == [-32001] * 4
+    assert "history" not in alone[7]["result"]
+    # Every well-formed id was read, in fewer statements than requests (one per turn of the
+    # event loop; the requests reach the read in the same turn or a few).
+    keys = [k for call in reads for k in call.kwargs["keys"]]
+    assert len(keys) == 7
+    assert len(reads) < 7
 
 
 def test_list_tasks_newest_first_paginated_and_scoped(wire, agent, key):

@@ -30,7 +30,7 @@ from tasks.models import (
     TaskEvent,
 )
 from tasks.states import TaskState
-from tasks.task_store import OrmTaskStore, PgTaskStore, TaskStore, get_task_store
+from tasks.task_store import OrmTaskStore, PgTaskStore, SnapshotKey, TaskStore, get_task_store
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -432,7 +432,8 @@ def test_settled_snapshot_says_whether_a_waiter_has_its_answer_and_reads_it(agen
         store.append_events(task, [event(task, 2, "status"), event(task, 3, "message")])
         # Interrupted: a status event after seq 1 (the one that interrupted it), none after 2.
         settled = [read(None), read(1), read(2), read(1, limit=0)]
-        return gone, submitted, settled, store.visible_snapshot(agent.pk, "o", TASK_PK, None)
+        key = SnapshotKey(agent.pk, "o", TASK_PK, None)
+        return gone, submitted, settled, store.visible_snapshots([key])[0]
 
     seen = both(scenario)
     gone, submitted, settled, snapshot = seen["value"]

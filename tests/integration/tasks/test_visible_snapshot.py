@@ -1,5 +1,6 @@
-"""TaskStore.visible_snapshot (GetTask's read: one statement on PostgreSQL) against the three
-reads it replaces, through both task stores, field by field and as the wire's Task."""
+"""TaskStore.visible_snapshots (GetTask's read: one statement on PostgreSQL for every request
+of a turn) against the three reads it replaces, through both task stores, field by field and
+as the wire's Task; several keys in one call each get their own answer."""
 
 import pytest
 
@@ -46,12 +47,21 @@ def task(agent) -> Task:
     return Task.objects.get(pk=task.pk)
 
 
+def read(*, agent_id, owner, task_id, history_length):
+    key = selectors.snapshot_key(
+        agent_id=agent_id, owner=owner, task_id=task_id, history_length=history_length
+    )
+    return selectors.task_snapshots_for_owner(keys=[key])[0] if key is not None else None
+
+
 @pytest.mark.parametrize("limit", [None, 0, 1, 2, 3, 10])
 def test_it_reads_what_the_three_reads_read(task, limit):
-    found = selectors.task_snapshot_for_owner(
-        agent_id=task.agent_id, owner="o", task_id=str(task.pk), history_length=limit
-    )
+    found = read(agent_id=task.agent_id, owner="o", task_id=str(task.pk), history_length=limit)
     assert found is not None
+    check(task, found, limit)
+
+
+def check(task, found, limit):
     got_task, history, artifacts = found
     assert values(got_task) == values(task)
     expected_history = selectors.task_history(task, limit) if limit != 0 else []
@@ -69,15 +79,12 @@ def test_it_reads_what_the_three_reads_read(task, limit):
 
 def test_a_task_without_artifacts_has_none(agent):
     task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
-    _, history, artifacts = selectors.task_snapshot_for_owner(
-        agent_id=agent.pk, owner="o", task_id=task.pk, history_length=None
-    )
+    _, history, artifacts = read(agent_id=agent.pk, owner="o", task_id=task.pk, history_length=None)
     assert artifacts == []
     assert [m.parts for m in history] == [[{"text": "hi"}]]
 
 
 def test_foreign_unknown_and_malformed_ids_are_none(task):
-    read = selectors.task_snapshot_for_owner
     assert read(agent_id=task.agent_id, owner="other", task_id=task.pk, history_length=None) is None
     assert read(agent_id=task.agent_id + 1, owner="o", task_id=task.pk, history_length=None) is None
     assert (
@@ -90,3 +97,43 @@ def test_foreign_unknown_and_malformed_ids_are_none(task):
         is None
     )
     assert read(agent_id=task.agent_id, owner="o", task_id="not-a-uuid", history_length=1) is None
+
+
+def test_several_keys_in_one_call_each_get_their_own_answer(task, agent):
+    # What one turn of the event loop hands the store: GetTasks of different callers, tasks
+    # and history lengths, a foreign and an unknown id among them, one task asked twice.
+    other = services.task_create(agent=agent, owner="p", message=user_message("theirs"))
+    unknown = "00000000-0000-0000-0000-000000000000"
+    asked = [
+        (task.agent_id, "o", task.pk, 1),
+        (task.agent_id, "p", task.pk, None),  # foreign: "p" does not own it
+        (agent.pk, "p", other.pk, None),
+        (task.agent_id, "o", unknown, None),
+        (task.agent_id, "o", task.pk, None),
+        (task.agent_id + 1, "o", task.pk, None),  # another agent's id space
+        (task.agent_id, "o", task.pk, 0),
+    ]
+    keys = [
+        selectors.snapshot_key(agent_id=a, owner=o, task_id=t, history_length=n)
+        for a, o, t, n in asked
+    ]
+    found = selectors.task_snapshots_for_owner(keys=keys)
+    assert len(found) == len(keys)
+    assert [f is None for f in found] == [False, True, False, True, False, True, False]
+    check(task, found[0], 1)
+    check(task, found[4], None)
+    check(task, found[6], 0)
+    theirs, history, artifacts = found[2]
+    assert theirs.pk == other.pk
+    assert theirs.owner == "p"
+    assert [m.parts for m in history] == [[{"text": "theirs"}]]
+    assert artifacts == []
+
+
+def test_no_keys_read_nothing():
+    assert selectors.task_snapshots_for_owner(keys=[]) == []
+
+
+def test_a_malformed_id_has_no_key():
+    key = selectors.snapshot_key(agent_id=1, owner="o", task_id="not-a-uuid", history_length=1)
+    assert key is None
