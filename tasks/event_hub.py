@@ -16,7 +16,7 @@ import contextlib
 import logging
 import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from django.conf import settings
@@ -107,19 +107,19 @@ class EventHub:
     async def read_then_wait(
         self,
         task_id: object,
-        read: Callable[[], T],
+        read: Callable[[], Awaitable[T]],
         *,
         enough: Callable[[T], bool],
         timeout: float,
     ) -> T:
-        """Subscribe to the task, then `read` the store (an ORM call); unless `enough(value)`,
+        """Subscribe to the task, then await `read()` (a store read); unless `enough(value)`,
         wait up to `timeout` for the task's next wake-up. Returns the value read. One store
         read per wake-up: registered before the read, the waiter misses no event committed
         after it (the caller reads again after a wake-up, which may be spurious)."""
         await self.start()
         fut = self.subscribe(task_id)
         try:
-            value = await run_orm(read)
+            value = await read()
             if not enough(value) and timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(fut), timeout)

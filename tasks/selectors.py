@@ -13,7 +13,7 @@ from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
 from agents.card_render import PUSH_CHANNEL_URI
 from tasks.models import Artifact, Message, Task, TaskEvent
-from tasks.task_store import Snapshot, SnapshotKey, get_task_store
+from tasks.task_store import SettledKey, Snapshot, SnapshotKey, get_task_store
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -111,22 +111,13 @@ def task_page(
     return TaskPage(rows[:page_size], len(rows) > page_size, total)
 
 
-def task_settled_snapshot(
-    *,
-    agent_id: int,
-    owner: str,
-    task_id: object,
-    after_seq: int | None,
-    history_length: int | None,
-) -> tuple[bool, Snapshot | None] | None:
-    """Whether a task visible to `owner` on this agent has settled (terminal or interrupted;
-    with `after_seq`, by a status event after that seq), and then its snapshot (as
-    `task_snapshots_for_owner` reads it), read together: (True, snapshot) or (False, None);
-    None for unknown and foreign ids. One statement on PostgreSQL."""
-    pk = _uuid(task_id)
-    if pk is None:
-        return None
-    return get_task_store().settled_snapshot(agent_id, owner, pk, after_seq, history_length)
+def task_settled_snapshots(*, keys: list[SettledKey]) -> list[tuple[bool, Snapshot | None] | None]:
+    """For each key, in order: whether its task, visible to the key's owner on its agent, has
+    settled (terminal or interrupted; with `after_seq`, by a status event after that seq),
+    and then its snapshot (as `task_snapshots_for_owner` reads it), read together: (True,
+    snapshot) or (False, None); None for unknown and foreign ids. One statement on
+    PostgreSQL however many keys."""
+    return get_task_store().settled_snapshots(keys)
 
 
 def task_event_rows(task_id: object, *, after: int, limit: int) -> list[tuple[int, str, dict]]:

@@ -76,6 +76,14 @@ class SnapshotKey:
 
 
 @dataclass(frozen=True)
+class SettledKey(SnapshotKey):
+    """A `settled_snapshots` key: with `after_seq`, the task has settled only once a status
+    event came after that seq (a follow-up finds its task interrupted: not yet its answer)."""
+
+    after_seq: int | None = None
+
+
+@dataclass(frozen=True)
 class DispatchClaimRow:
     """What `claim_dispatch` did to one dispatch row."""
 
@@ -154,19 +162,15 @@ class TaskStore(Protocol):
         whole read, one column of one row."""
         ...
 
-    def settled_snapshot(
-        self,
-        agent_pk: int,
-        owner: str,
-        task_pk: uuid.UUID,
-        after_seq: int | None,
-        history_limit: int | None,
-    ) -> tuple[bool, Snapshot | None] | None:
-        """Whether the task (`visible` to this agent and owner) has settled: it is terminal
-        or interrupted and, with `after_seq`, a status event came after that seq. Settled:
-        (True, its snapshot as `visible_snapshots` reads it), read with it; not yet: (False,
-        None); None when it is not visible. One statement on PostgreSQL: a blocking
-        SendMessage's read on each wake-up, its answer included."""
+    def settled_snapshots(
+        self, keys: list[SettledKey]
+    ) -> list[tuple[bool, Snapshot | None] | None]:
+        """For each key, in order, whether its task (`visible` to the key's agent and owner)
+        has settled: it is terminal or interrupted and, with `after_seq`, a status event came
+        after that seq. Settled: (True, its snapshot as `visible_snapshots` reads it), read
+        with it; not yet: (False, None); None when it is not visible. One statement on
+        PostgreSQL however many keys: blocking SendMessages' reads on a wake-up (the waiters
+        an answered batch wakes together read together), their answers included."""
         ...
 
     def history(self, task: Task, limit: int | None) -> list[Message]:
@@ -297,17 +301,21 @@ def _visible_snapshots_sql() -> str:
 
 
 @functools.cache
-def _settled_snapshot_sql() -> str:
-    """Whether the task has settled (`settled_snapshot`), then its row, and its history and
-    artifacts only if it has."""
-    history, artifacts = _history_and_artifacts("%(limit)s")
+def _settled_snapshots_sql() -> str:
+    """For each key (as `_visible_snapshots_sql`, and its `after` seq): whether its task has
+    settled (`settled_snapshots`), then the task's row, and its history and artifacts only if
+    it has."""
+    history, artifacts = _history_and_artifacts("k.lim")
     return (
-        f"SELECT s.settled, {columns(Task, 't')}, CASE WHEN s.settled THEN {history} END, "
-        f"CASE WHEN s.settled THEN {artifacts} END FROM tasks_task t "
-        "CROSS JOIN LATERAL (SELECT t.state = ANY(%(settled)s) AND (%(after)s::integer "
-        "IS NULL OR EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
-        "AND e.kind = %(status)s AND e.seq > %(after)s::integer)) AS settled) s "
-        "WHERE t.id = %(task)s AND t.agent_id = %(agent)s AND t.owner = %(owner)s"
+        f"SELECT k.ord, s.settled, {columns(Task, 't')}, "
+        f"CASE WHEN s.settled THEN {history} END, CASE WHEN s.settled THEN {artifacts} END "
+        "FROM unnest(%(tasks)s::uuid[], %(agents)s::integer[], %(owners)s::text[], "
+        "%(limits)s::integer[], %(after)s::integer[]) "
+        "WITH ORDINALITY k(task, agent, owner, lim, after, ord) "
+        "JOIN tasks_task t ON t.id = k.task AND t.agent_id = k.agent AND t.owner = k.owner "
+        "CROSS JOIN LATERAL (SELECT t.state = ANY(%(settled)s) AND (k.after IS NULL OR "
+        "EXISTS (SELECT FROM tasks_taskevent e WHERE e.task_id = t.id "
+        "AND e.kind = %(status)s AND e.seq > k.after)) AS settled) s"
     )
 
 
@@ -558,6 +566,16 @@ _USER = MessageRole.USER.value
 _INTERRUPTED = frozenset(s.value for s in INTERRUPTED_STATES)
 
 
+def _key_arrays(keys: list[SnapshotKey]) -> dict[str, list]:
+    """The snapshot statements' parameters: one array per key field, in the keys' order."""
+    return {
+        "tasks": [k.task_pk for k in keys],
+        "agents": [k.agent_pk for k in keys],
+        "owners": [k.owner for k in keys],
+        "limits": [k.history_limit for k in keys],
+    }
+
+
 def _snapshot(row) -> Snapshot:
     """A snapshot statement's row (the task's columns, its history, its artifacts) as
     `visible_snapshots` returns it."""
@@ -623,39 +641,23 @@ class PgTaskStore:
         return from_row(Task, rows[0]) if rows else None
 
     def visible_snapshots(self, keys: list[SnapshotKey]) -> list[Snapshot | None]:
-        params = {
-            "tasks": [k.task_pk for k in keys],
-            "agents": [k.agent_pk for k in keys],
-            "owners": [k.owner for k in keys],
-            "limits": [k.history_limit for k in keys],
-        }
         found: list[Snapshot | None] = [None] * len(keys)
-        for position, *row in run_prepared(_visible_snapshots_sql(), params):
+        for position, *row in run_prepared(_visible_snapshots_sql(), _key_arrays(keys)):
             found[position - 1] = _snapshot(row)
         return found
 
-    def settled_snapshot(
-        self,
-        agent_pk: int,
-        owner: str,
-        task_pk: uuid.UUID,
-        after_seq: int | None,
-        history_limit: int | None,
-    ) -> tuple[bool, Snapshot | None] | None:
-        params = {
-            "task": task_pk,
-            "agent": agent_pk,
-            "owner": owner,
-            "limit": history_limit,
-            "after": after_seq,
+    def settled_snapshots(
+        self, keys: list[SettledKey]
+    ) -> list[tuple[bool, Snapshot | None] | None]:
+        params = _key_arrays(keys) | {
+            "after": [k.after_seq for k in keys],
             "settled": _SETTLED,
             "status": _STATUS,
         }
-        rows = run_prepared(_settled_snapshot_sql(), params)
-        if not rows:
-            return None
-        settled, *row = rows[0]
-        return (True, _snapshot(row)) if settled else (False, None)
+        found: list[tuple[bool, Snapshot | None] | None] = [None] * len(keys)
+        for position, settled, *row in run_prepared(_settled_snapshots_sql(), params):
+            found[position - 1] = (True, _snapshot(row)) if settled else (False, None)
+        return found
 
     def latest_user_parts(self, task_pk: uuid.UUID) -> list | None:
         rows = run_prepared(_latest_user_parts_sql(), {"task": task_pk, "role": _USER})
@@ -835,24 +837,22 @@ class OrmTaskStore:
             found.append(self._snapshot(task, key.history_limit) if task is not None else None)
         return found
 
-    def settled_snapshot(
-        self,
-        agent_pk: int,
-        owner: str,
-        task_pk: uuid.UUID,
-        after_seq: int | None,
-        history_limit: int | None,
-    ) -> tuple[bool, Snapshot | None] | None:
-        task = self.visible(agent_pk, owner, task_pk)
+    def settled_snapshots(
+        self, keys: list[SettledKey]
+    ) -> list[tuple[bool, Snapshot | None] | None]:
+        return [self._settled(key) for key in keys]
+
+    def _settled(self, key: SettledKey) -> tuple[bool, Snapshot | None] | None:
+        task = self.visible(key.agent_pk, key.owner, key.task_pk)
         if task is None:
             return None
         settled = task.task_state in SETTLED_STATES and (
-            after_seq is None
+            key.after_seq is None
             or TaskEvent.objects.filter(
-                task_id=task_pk, kind=EventKind.STATUS, seq__gt=after_seq
+                task_id=key.task_pk, kind=EventKind.STATUS, seq__gt=key.after_seq
             ).exists()
         )
-        return (True, self._snapshot(task, history_limit)) if settled else (False, None)
+        return (True, self._snapshot(task, key.history_limit)) if settled else (False, None)
 
     def _snapshot(self, task: Task, history_limit: int | None) -> Snapshot:
         history = self.history(task, history_limit) if history_limit != 0 else []

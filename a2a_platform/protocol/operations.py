@@ -15,7 +15,7 @@ import binascii
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from a2a.types import a2a_pb2
@@ -87,16 +87,15 @@ async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
         follow_up = not result.created and not result.replayed
         after_seq = result.task.last_seq if follow_up else None
 
-        def read_settled() -> tuple[bool, dict | None] | None:
+        key = selectors.SettledKey(
+            ctx.agent.pk, ctx.principal, task_id, history_length, after_seq=after_seq
+        )
+
+        async def read_settled() -> tuple[bool, dict | None] | None:
             # Whether it settled and, if it did, the task, its history and artifacts, in
-            # one read (one statement on PostgreSQL), rendered in the same ORM call.
-            found = selectors.task_settled_snapshot(
-                agent_id=ctx.agent.pk,
-                owner=ctx.principal,
-                task_id=task_id,
-                after_seq=after_seq,
-                history_length=history_length,
-            )
+            # one read (one statement on PostgreSQL, shared with the other waiters woken in
+            # the same turn), rendered here.
+            found = await _settled(key)
             if found is None or not found[0]:
                 return found
             return True, render(found[1])
@@ -121,12 +120,12 @@ async def wait_until_settled(
     task_id: object,
     max_wait: float,
     *,
-    read: Callable[[], tuple[bool, dict | None] | None],
+    read: Callable[[], Awaitable[tuple[bool, dict | None] | None]],
     woken: asyncio.Future | None = None,
 ) -> dict | None:
     """Wait on the hub until the task has settled (terminal or interrupted), or `max_wait`
-    passes. `read` (an ORM callable, run once per wake-up) says whether it has settled and,
-    if it has, gives the answer, read in the same call: (True, answer), (False, None), None
+    passes. `read` (awaited once per wake-up) says whether it has settled and, if it has,
+    gives the answer, read with it: (True, answer), (False, None), None
     when the task is gone. Returns the answer; None when the wait ended unsettled or the
     task is gone. `woken`: a subscription made before the task was written
     (common.accept_message): until it fires the task is as written, so the first read waits
@@ -158,8 +157,10 @@ async def wait_until_settled(
 # --- Tasks ---------------------------------------------------------------------------------
 
 
-# The snapshot reads of one turn of the event loop, read together (one statement).
+# The snapshot reads of one turn of the event loop, read together (one statement): GetTasks,
+# and blocking sends' reads on a wake-up (an answered batch wakes its waiters together).
 _snapshots = Coalesced(lambda keys: selectors.task_snapshots_for_owner(keys=keys))
+_settled = Coalesced(lambda keys: selectors.task_settled_snapshots(keys=keys))
 
 
 async def read_snapshot(

@@ -91,7 +91,7 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     # Subscribed to before it is written, a new task needs no read until its first wake-up.
     from tasks import selectors
 
-    reads = spy(monkeypatch, selectors, "task_settled_snapshot")
+    reads = spy(monkeypatch, selectors, "task_settled_snapshots")
     # The read that finds it settled brings the answer: no second read for it.
     snapshots = spy(monkeypatch, selectors, "task_snapshots_for_owner")
     moved_at: list[float] = []
@@ -113,6 +113,49 @@ def test_a_blocking_send_reads_its_new_task_only_once_the_task_moves(wire, agent
     assert reads, "the waiter read the task once woken"
     assert reads[0].at >= moved_at[0]
     assert snapshots == []
+
+
+def test_blocking_sends_answered_together_read_their_answers_together(
+    wire, agent, monkeypatch, settings
+):
+    # One commit answers five waiting tasks: their waiters wake in the same turn and read
+    # in one statement, each its own task (and its own answer: its message echoed).
+    from django.db import transaction
+
+    from tasks import selectors
+
+    settings.A2A_SEND_MESSAGE_MAX_WAIT_SECONDS = 20
+    reads = spy(monkeypatch, selectors, "task_settled_snapshots")
+
+    def answer_all():
+        for _ in range(200):
+            tasks = list(Task.objects.all())
+            if len(tasks) == 5:
+                break
+            time.sleep(0.05)
+        with transaction.atomic():
+            for task in tasks:
+                services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+                text = task.messages.get().parts[0]["text"]
+                services.task_transition(
+                    task_id=task.pk, to_state=TaskState.COMPLETED, message=f"re: {text}"
+                )
+
+    def send(i):
+        body = {"jsonrpc": "2.0", "id": i, "method": "SendMessage"}
+        body["params"] = {"message": user_message(f"m{i}")}
+        return ("POST", "/", {"json": body})
+
+    thread = _later(0.3, answer_all)
+    answers = [r.json()["result"]["task"] for r in wire.concurrently([send(i) for i in range(5)])]
+    thread.join()
+    assert [a["status"]["state"] for a in answers] == ["TASK_STATE_COMPLETED"] * 5
+    said = [a["status"]["message"]["parts"][0]["text"] for a in answers]
+    assert said == [f"re: m{i}" for i in range(5)]
+    assert len({a["id"] for a in answers}) == 5
+    keys = [k for call in reads for k in call.kwargs["keys"]]
+    assert sorted(str(k.task_pk) for k in keys) == sorted(a["id"] for a in answers)
+    assert len(reads) < 5
 
 
 def test_a_blocking_retry_is_answered_with_the_first_task_as_it_is_now(wire, agent, key, settings):

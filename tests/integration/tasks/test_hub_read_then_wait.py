@@ -10,6 +10,7 @@ import asyncio
 import pytest
 from django.db import connection
 
+from a2a_platform.lib.orm import run_orm
 from tasks import selectors, services
 from tasks.event_hub import EventHub
 from tasks.states import TaskState
@@ -31,7 +32,7 @@ def last_seq_of(task):
         finally:
             connection.close()
 
-    return read
+    return lambda: run_orm(read)
 
 
 def test_enough_returns_the_value_read_without_waiting(task):
@@ -71,7 +72,9 @@ def test_an_event_committed_during_the_read_is_not_missed(task):
 
     async def scenario(hub: EventHub) -> int | None:
         return await asyncio.wait_for(
-            hub.read_then_wait(task.id, read_racing_a_commit, enough=lambda _: False, timeout=600),
+            hub.read_then_wait(
+                task.id, lambda: run_orm(read_racing_a_commit), enough=lambda _: False, timeout=600
+            ),
             60,
         )
 

@@ -30,7 +30,14 @@ from tasks.models import (
     TaskEvent,
 )
 from tasks.states import TaskState
-from tasks.task_store import OrmTaskStore, PgTaskStore, SnapshotKey, TaskStore, get_task_store
+from tasks.task_store import (
+    OrmTaskStore,
+    PgTaskStore,
+    SettledKey,
+    SnapshotKey,
+    TaskStore,
+    get_task_store,
+)
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -422,8 +429,11 @@ def test_settled_snapshot_says_whether_a_waiter_has_its_answer_and_reads_it(agen
         return TaskEvent(task=task, seq=seq, kind=kind, payload={}, created_at=T0)
 
     def scenario(store):
-        def read(after_seq, *, owner="o", pk=TASK_PK, limit=None):
-            return store.settled_snapshot(agent.pk, owner, pk, after_seq, limit)
+        def key(after_seq, *, owner="o", pk=TASK_PK, limit=None):
+            return SettledKey(agent.pk, owner, pk, limit, after_seq=after_seq)
+
+        def read(after_seq, **kw):
+            return store.settled_snapshots([key(after_seq, **kw)])[0]
 
         gone = [read(None, pk=uuid.UUID(int=7)), read(None, owner="other")]
         task = store.lock(_open(store, agent).pk)
@@ -432,11 +442,16 @@ def test_settled_snapshot_says_whether_a_waiter_has_its_answer_and_reads_it(agen
         store.append_events(task, [event(task, 2, "status"), event(task, 3, "message")])
         # Interrupted: a status event after seq 1 (the one that interrupted it), none after 2.
         settled = [read(None), read(1), read(2), read(1, limit=0)]
-        key = SnapshotKey(agent.pk, "o", TASK_PK, None)
-        return gone, submitted, settled, store.visible_snapshots([key])[0]
+        # The same keys read together (waiters woken in one turn), a foreign one among them.
+        together = store.settled_snapshots(
+            [key(None), key(1), key(None, owner="other"), key(2), key(1, limit=0)]
+        )
+        snapshot = store.visible_snapshots([SnapshotKey(agent.pk, "o", TASK_PK, None)])[0]
+        return gone, submitted, settled, together, snapshot
 
     seen = both(scenario)
-    gone, submitted, settled, snapshot = seen["value"]
+    gone, submitted, settled, together, snapshot = seen["value"]
+    assert together == [*settled[:2], None, *settled[2:]]
     assert gone == [None, None]
     assert submitted == [False, None]
     # Settled, it comes with the task as GetTask's read reads it (the history as asked).
