@@ -65,9 +65,12 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
         rows = json.loads(rows)
     fields = model._meta.concrete_fields
     attnames = [f.attname for f in fields]
+    # Once, not per row: each lookup through Django's connection proxy finds this thread's
+    # connection again (docs/decisions.md, "Issue 19, twelfth pass").
+    alias = connection.alias
     return [
         model.from_db(
-            connection.alias,
+            alias,
             attnames,
             [_from_json(f, value) for f, value in zip(fields, values, strict=True)],
         )
