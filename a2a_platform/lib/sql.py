@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -47,12 +48,12 @@ def columns(model: type[models.Model], alias: str) -> str:
 def from_row(model: type[M], values: tuple) -> M:
     """A model instance from the values of `columns(model, ...)`, converted as the ORM would
     (JSON columns arrive as text on Django's connection: its loader leaves them to the field)."""
-    fields = model._meta.concrete_fields
+    attnames, db_fields, _ = _layout(model)
     converted = [
-        f.from_db_value(value, None, connection) if hasattr(f, "from_db_value") else value
-        for f, value in zip(fields, values, strict=True)
+        value if f is None else f.from_db_value(value, None, connection)
+        for f, value in zip(db_fields, values, strict=True)
     ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(connection.alias, attnames, converted)
 
 
 def from_json_rows(model: type[M], rows: object) -> list[M]:
@@ -63,8 +64,7 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
         return []
     if isinstance(rows, str):
         rows = json.loads(rows)
-    fields = model._meta.concrete_fields
-    attnames = [f.attname for f in fields]
+    attnames, _, parsers = _layout(model)
     # Once, not per row: each lookup through Django's connection proxy finds this thread's
     # connection again (docs/decisions.md, "Issue 19, twelfth pass").
     alias = connection.alias
@@ -72,18 +72,30 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
         model.from_db(
             alias,
             attnames,
-            [_from_json(f, value) for f, value in zip(fields, values, strict=True)],
+            [
+                value if parse is None or value is None else parse(value)
+                for parse, value in zip(parsers, values, strict=True)
+            ],
         )
         for values in rows
     ]
 
 
-def _from_json(field: models.Field, value: Any) -> Any:
-    if value is None:
-        return None
+@functools.cache
+def _layout(model: type[models.Model]) -> tuple[list[str], tuple, tuple]:
+    """Per model, worked out once (per row it cost more than the conversions): the concrete
+    fields' attnames, in `columns`' order; each field that converts a database value
+    (`from_db_value`), else None; and how each field's value is read back from JSON text
+    (timestamps and UUIDs), else None."""
+    fields = model._meta.concrete_fields
+    db_fields = tuple(f if hasattr(f, "from_db_value") else None for f in fields)
+    return [f.attname for f in fields], db_fields, tuple(_json_parser(f) for f in fields)
+
+
+def _json_parser(field: models.Field) -> Callable[[Any], Any] | None:
     kind = (field.target_field if field.is_relation else field).get_internal_type()
     if kind == "DateTimeField":
-        return datetime.fromisoformat(value)
+        return datetime.fromisoformat
     if kind == "UUIDField":
-        return uuid.UUID(value)
-    return value
+        return uuid.UUID
+    return None
