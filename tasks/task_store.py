@@ -272,13 +272,13 @@ def _visible_sql() -> str:
     )
 
 
-def _history_and_artifacts(limit: str) -> tuple[str, str]:
-    """The two columns a snapshot adds to task `t`'s row: its newest `limit` messages (an SQL
-    expression; NULL all) and its artifacts, each a `json_agg` (`from_json_rows`)."""
+def _history_and_artifacts() -> tuple[str, str]:
+    """The two columns a snapshot adds to task `t`'s row for key `k`: its newest `k.lim`
+    messages (NULL all) and its artifacts, each a `json_agg` (`from_json_rows`)."""
     history = (
         f"(SELECT json_agg(json_build_array({columns(Message, 'h')}) ORDER BY h.id) FROM ("
         "SELECT * FROM tasks_message m WHERE m.task_id = t.id "
-        f"ORDER BY m.id DESC LIMIT {limit}) h)"
+        "ORDER BY m.id DESC LIMIT k.lim) h)"
     )
     artifacts = (
         f"(SELECT json_agg(json_build_array({columns(Artifact, 'x')}) ORDER BY x.id) "
@@ -291,7 +291,7 @@ def _history_and_artifacts(limit: str) -> tuple[str, str]:
 def _visible_snapshots_sql() -> str:
     """Each key's task with its history and artifacts, after the key's position (1-based) in
     the arrays; a key whose task is not visible has no row."""
-    history, artifacts = _history_and_artifacts("k.lim")
+    history, artifacts = _history_and_artifacts()
     return (
         f"SELECT k.ord, {columns(Task, 't')}, {history}, {artifacts} "
         "FROM unnest(%(tasks)s::uuid[], %(agents)s::integer[], %(owners)s::text[], "
@@ -305,7 +305,7 @@ def _settled_snapshots_sql() -> str:
     """For each key (as `_visible_snapshots_sql`, and its `after` seq): whether its task has
     settled (`settled_snapshots`), then the task's row, and its history and artifacts only if
     it has."""
-    history, artifacts = _history_and_artifacts("k.lim")
+    history, artifacts = _history_and_artifacts()
     return (
         f"SELECT k.ord, s.settled, {columns(Task, 't')}, "
         f"CASE WHEN s.settled THEN {history} END, CASE WHEN s.settled THEN {artifacts} END "
