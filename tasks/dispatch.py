@@ -44,15 +44,6 @@ def _uses_celery(task: Task) -> bool:
     return task.agent.executor != Executor.EXTERNAL
 
 
-def _announce_new(dispatch: ExecutorDispatch) -> None:
-    """After commit: ring for a quick executor's dispatch, else publish its own job."""
-    executor = dispatch.task.agent.executor
-    if executor in QUICK_EXECUTORS:
-        transaction.on_commit(ring_for_due_dispatches, robust=True)
-    elif executor != Executor.EXTERNAL:
-        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
-
-
 def ring_for_due_dispatches() -> None:
     """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell). A publish the
     broker refused clears the bell again: no job carries it, so the next ring must try."""
@@ -81,14 +72,23 @@ def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispat
     dispatch = ExecutorDispatch.objects.create(
         task=task, not_before=timezone.now(), progress=progress, enqueues=1
     )
-    _announce_new(dispatch)
+    dispatch_announce_new([dispatch])
     return dispatch
 
 
-def dispatch_announce_new(dispatch: ExecutorDispatch) -> None:
-    """Inside the transaction that wrote a new task with its first dispatch (counted as
-    enqueued once): announce it after commit."""
-    _announce_new(dispatch)
+def dispatch_announce_new(dispatches: Sequence[ExecutorDispatch]) -> None:
+    """After the write of new tasks with their first dispatches (each counted as enqueued
+    once; inside its transaction, or after a write that committed alone): announce them
+    after commit, the quick executors' with one ring of the doorbell for all."""
+    quick = False
+    for dispatch in dispatches:
+        executor = dispatch.task.agent.executor
+        if executor in QUICK_EXECUTORS:
+            quick = True
+        elif executor != Executor.EXTERNAL:
+            enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
+    if quick:
+        transaction.on_commit(ring_for_due_dispatches, robust=True)
 
 
 @dataclass(frozen=True)

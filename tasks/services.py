@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from tasks.models import (
 )
 from tasks.state_machine import check_transition, next_status_timestamp
 from tasks.states import TERMINAL_STATES, TaskState
-from tasks.task_store import get_task_store
+from tasks.task_store import NewTask, get_task_store
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def _set_status(
     _append_event(task, EventKind.STATUS, wire.status_update_json(task), held=held)
 
 
-def _open_task(
+def _new_task(
     *,
     agent: Any,
     owner: str,
@@ -199,14 +199,13 @@ def _open_task(
     card_version_id: int | None = None,
     task_pk: uuid.UUID | None = None,
     receipt: MessageReceipt | None = None,
-) -> tuple[Task, Message] | None:
-    """Inside a transaction: the rows of a new task, in as few statements as possible
-    (SendMessage's hot path): Task (last_seq already 1), its first Message, TaskEvent seq 1,
-    the executor dispatch, written together (task_store.open_task), after the idempotency
-    `receipt` in the same statement when there is one (None: the receipt was taken, a retry;
-    nothing was written). No NOTIFY: nobody can be waiting on a task id not yet returned. No
-    event hooks either: nothing can have subscribed to a task that does not exist yet (a push
-    config registered with it writes its own snapshot of the task)."""
+) -> NewTask:
+    """The rows of a new task (SendMessage's hot path), none written yet: Task (last_seq
+    already 1), its first Message, TaskEvent seq 1 and the executor dispatch, written together
+    by task_store.open_tasks, after the idempotency `receipt` in the same statement when there
+    is one. No NOTIFY: nobody can be waiting on a task id not yet returned. No event hooks
+    either: nothing can have subscribed to a task that does not exist yet (a push config
+    registered with it writes its own snapshot of the task)."""
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     if msg.context_id and context_id and msg.context_id != context_id:
@@ -224,7 +223,6 @@ def _open_task(
         last_seq=1,
         card_version_id=card_version_id,
     )
-    first = _message_row(task, msg)
     event = TaskEvent(
         task=task,
         seq=1,
@@ -233,10 +231,18 @@ def _open_task(
         created_at=now,
     )
     dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
-    if not get_task_store().open_task(task, first, event, dispatch, receipt):
+    return NewTask(task, _message_row(task, msg), event, dispatch, receipt)
+
+
+def _open_task(**rows: Any) -> tuple[Task, Message] | None:
+    """Inside a transaction: a new task's rows (`_new_task`'s arguments), written in one
+    statement; None when its receipt was taken (a retry: nothing was written)."""
+    new = _new_task(**rows)
+    (opened,) = get_task_store().open_tasks([new])
+    if not opened:
         return None
-    dispatch_announce_new(dispatch)
-    return task, first
+    dispatch_announce_new([new.dispatch])
+    return new.task, new.message
 
 
 def task_create(
@@ -507,6 +513,84 @@ def _replay(agent: Any, owner: str, message_id: str, request_hash: str) -> SendR
     return SendResult(receipt.task, created=False, replayed=True)
 
 
+@dataclass(frozen=True)
+class NewSend:
+    """A SendMessage that opens a task with nothing written beside it (`task_send_new`):
+    `task_send`'s arguments without `within`, `task_pk` its `new_task_id`."""
+
+    agent: Any
+    owner: str
+    message: MessageInput
+    request_hash: str | None = None
+    metadata: dict[str, Any] | None = None
+    card_version_id: int | None = None
+    task_pk: uuid.UUID | None = None
+
+
+def task_send_new(*, sends: Sequence[NewSend]) -> list[SendResult | Exception]:
+    """SendMessage's write for sends that open a task with nothing written beside it, any
+    number at once: their rows in one store call (task_store.open_tasks: one statement on
+    PostgreSQL, atomic on its own, no transaction around it) and one announcement of their
+    dispatches. Each send's outcome at its position: its SendResult (created; or replayed, as
+    `task_send` answers a retry) or the error that refused it alone (a message that does not
+    check, a messageId reused with another request). Raises only when the write itself
+    fails, and then nothing was written: each send may be tried again alone. A caller's
+    transaction around it raises RuntimeError, as around `task_send`.
+
+    Errors found after the write are that send's outcome, never raised: the others' tasks
+    are committed, and a retry of them alone would open them twice."""
+    outcomes: list[SendResult | Exception | None] = [None] * len(sends)
+    news: list[tuple[int, NewTask]] = []
+    for i, send in enumerate(sends):
+        try:
+            msg = _as_message(send.message)
+            task_pk = send.task_pk or uuid.uuid4()
+            receipt = None
+            if send.request_hash:
+                receipt = MessageReceipt(
+                    agent=send.agent,
+                    owner=send.owner,
+                    message_id=msg.message_id,
+                    request_hash=send.request_hash,
+                    task_id=task_pk,
+                )
+            new = _new_task(
+                agent=send.agent,
+                owner=send.owner,
+                msg=msg,
+                context_id=None,
+                metadata=send.metadata,
+                card_version_id=send.card_version_id,
+                task_pk=task_pk,
+                receipt=receipt,
+            )
+        except Exception as exc:
+            outcomes[i] = exc
+        else:
+            news.append((i, new))
+    with _durable_alone():
+        opened = get_task_store().open_tasks([new for _, new in news]) if news else []
+    created = []
+    for (i, new), written in zip(news, opened, strict=True):
+        if written:
+            outcomes[i] = SendResult(new.task, True, False, first_message=new.message)
+            created.append(new)
+            continue
+        send = sends[i]
+        try:
+            outcomes[i] = _replay(send.agent, send.owner, new.message.message_id, send.request_hash)
+        except Exception as exc:
+            outcomes[i] = exc
+    try:
+        dispatch_announce_new([new.dispatch for new in created])
+    except Exception:  # committed: a sweeper finds a dispatch nobody was told of
+        logger.exception("announcing new dispatches failed")
+    for new in created:
+        extra = {"task_id": str(new.task.id), "agent": new.task.agent.slug}
+        logger.info("task created", extra=extra)
+    return outcomes  # type: ignore[return-value]
+
+
 def task_send(
     *,
     agent: Any,
@@ -522,7 +606,7 @@ def task_send(
 
     With `request_hash` (authenticated callers) the request is idempotent on
     (agent, owner, messageId): its receipt is claimed in the same transaction as the task
-    change (for a new task in the same statement: task_store.open_task; for a follow-up
+    change (for a new task in the same statement: task_store.open_tasks; for a follow-up
     first: task_store.claim_receipt). A retry, or a concurrent duplicate once the first
     commits, finds the receipt taken, writes nothing and is answered with the earlier task;
     the same id with a different hash raises InvalidPayload. No lookup precedes the claim:
@@ -533,13 +617,18 @@ def task_send(
     a caller that subscribed to it first; ignored for a follow-up).
     """
     msg = _as_message(message)
+    if within is None and not msg.task_id:
+        # A new task with nothing written beside it: one write, atomic on its own.
+        (outcome,) = task_send_new(
+            sends=[NewSend(agent, owner, msg, request_hash, metadata, card_version_id, new_task_id)]
+        )
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     first = None
-    # A new task with nothing written beside it is one write, atomic on its own
-    # (task_store.open_task): no transaction around it, so no BEGIN and COMMIT round trips.
-    alone = not msg.task_id and within is None
-    with _durable_write(alone):
+    with transaction.atomic(durable=True):
         if msg.task_id:
             task_pk = _uuid_or_none(msg.task_id)
             if not Task.objects.filter(pk=task_pk, agent=agent, owner=owner).exists():
@@ -585,15 +674,11 @@ def task_send(
 
 
 @contextlib.contextmanager
-def _durable_write(alone: bool) -> Iterator[None]:
-    """An outermost write (never inside a caller's transaction: its NOTIFY and jobs would
-    move to the caller's commit): a transaction, unless `alone`, a write that is one store
-    call atomic on its own, which commits as it returns. Either way a surrounding transaction
-    raises RuntimeError, as transaction.atomic(durable=True) does."""
-    if not alone:
-        with transaction.atomic(durable=True):
-            yield
-        return
+def _durable_alone() -> Iterator[None]:
+    """An outermost write that is one store call atomic on its own (it commits as it
+    returns), never inside a caller's transaction (its NOTIFY and jobs would move to the
+    caller's commit): a surrounding transaction raises RuntimeError, as
+    transaction.atomic(durable=True) does."""
     # Django's own durability check (and its allowance for a test case's transaction),
     # free: psycopg sends BEGIN only with a first statement, and no COMMIT without one.
     with transaction.atomic(durable=True):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -109,6 +110,18 @@ class DispatchRelease:
     executor: str
 
 
+@dataclass(frozen=True)
+class NewTask:
+    """A new task's rows as `open_tasks` writes them (none saved yet), and the idempotency
+    receipt it is written only with, if any."""
+
+    task: Task
+    message: Message
+    event: TaskEvent
+    dispatch: ExecutorDispatch
+    receipt: MessageReceipt | None = None
+
+
 class TaskStore(Protocol):
     """The rows of the task lifecycle, read and written inside the caller's transaction."""
 
@@ -120,20 +133,16 @@ class TaskStore(Protocol):
         """
         ...
 
-    def open_task(
-        self,
-        task: Task,
-        message: Message,
-        event: TaskEvent,
-        dispatch: ExecutorDispatch,
-        receipt: MessageReceipt | None = None,
-    ) -> bool:
-        """Insert a new task's rows: the task, its first message, its first event and its
-        executor dispatch (one statement on PostgreSQL), atomic on its own: outside a
-        transaction it commits as it returns. Each object gets its pk. No NOTIFY.
+    def open_tasks(self, news: Sequence[NewTask]) -> list[bool]:
+        """Insert new tasks' rows: each task, its first message, its first event and its
+        executor dispatch, for any number of tasks (one statement on PostgreSQL), atomic on
+        its own, all of them or none: outside a transaction it commits as it returns. Each
+        object written gets its pk. No NOTIFY. True or False per task, in order.
 
-        With `receipt`, it is claimed as `claim_receipt` does, in the same statement: False
-        when it was taken (a retry), and then none of the rows was written."""
+        A task with a `receipt` is written only if its receipt is claimed, as
+        `claim_receipt` does, in the same statement: False when the receipt was taken (a
+        retry, or an earlier task of the same call with the same agent, owner and
+        messageId), and then none of that task's rows was written."""
         ...
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
@@ -206,7 +215,7 @@ class TaskStore(Protocol):
         """Claim a pending, due dispatch for `worker` until `lease_until`, locking (and
         skipping when another transaction holds it) only the dispatch row. A dispatch whose
         task is terminal is marked DONE instead (`claimed` False). None: gone, not pending,
-        not yet due, or locked. Atomic on its own (`open_task`)."""
+        not yet due, or locked. Atomic on its own (`open_tasks`)."""
         ...
 
     def claim_next_dispatches(
@@ -223,7 +232,7 @@ class TaskStore(Protocol):
         locked ones (one statement on PostgreSQL), oldest first, each claimed one with its
         task's row (`task`, not locked: `append_events` writes it only if it did not move)
         and `latest_user_parts` (`user_parts`). Empty: there is none. Atomic on its own
-        (`open_task`)."""
+        (`open_tasks`)."""
         ...
 
     def release_dispatch(
@@ -379,22 +388,64 @@ _NEW_TASK_ROWS = (
 )
 
 
+def _insert_many(
+    alias: str, model: type[models.Model], when: str | None = None, order: str | None = None
+) -> str:
+    """An INSERT of any number of rows of `model`, each column's values one array parameter
+    named `<alias>_<attname>` (`_values_many`), so that the statement's text is the same for
+    one row or many (one prepared statement); the rows are `v`: `when` filters them, `order`
+    orders them."""
+    fields = _insert_fields(model)
+    conn = connections[DEFAULT_DB_ALIAS]
+    cols = ", ".join(f.column for f in fields)
+    arrays = ", ".join(f"%({alias}_{f.attname})s::{f.db_type(conn)}[]" for f in fields)
+    table = model._meta.db_table
+    sql = f"INSERT INTO {table} ({cols}) SELECT {cols} FROM unnest({arrays}) v({cols})"
+    if when is not None:
+        sql += f" WHERE {when}"
+    if order is not None:
+        sql += f" ORDER BY {order}"
+    return sql
+
+
+def _values_many(alias: str, model: type[models.Model], objs: list) -> dict[str, list]:
+    """`_values` of many rows of one model, a list per column (`_insert_many`)."""
+    conn = connections[DEFAULT_DB_ALIAS]  # as in _values
+    return {
+        f"{alias}_{f.attname}": [f.get_db_prep_save(f.pre_save(obj, True), conn) for obj in objs]
+        for f in _insert_fields(model)
+    }
+
+
 @functools.cache
-def _open_task_sql(with_receipt: bool) -> str:
-    """The new task's rows; `with_receipt`: after its receipt's claim, and only if the claim
-    inserted it (each row's INSERT … SELECT … WHERE EXISTS: nothing is written on a retry)."""
-    ctes = []
-    when = None
-    if with_receipt:
-        ctes.append(f"receipt AS ({_claim_receipt_sql()})")
-        when = "EXISTS (SELECT FROM receipt)"
-    ctes += [
-        f"{alias} AS ({_insert(alias, model, when)} RETURNING id)"
-        for alias, model in _NEW_TASK_ROWS
+def _open_tasks_sql() -> str:
+    """New tasks' rows, each task's only if it needs no receipt or its receipt was claimed
+    here (in the receipts' key order, so two calls claiming the same keys wait for each other
+    in one order and cannot deadlock); a row per task written: its id, then the receipt's,
+    message's, event's and dispatch's ids."""
+    receipt = _insert_many("receipt", MessageReceipt, order="agent_id, owner, message_id")
+    task = _insert_many(
+        "task",
+        Task,
+        when="NOT v.id = ANY(%(receipt_task_id)s::uuid[]) OR v.id IN (SELECT task_id FROM receipt)",
+    )
+    ctes = [
+        "receipt AS ("
+        f"{receipt} ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id, task_id)",
+        f"task AS ({task} RETURNING id)",
     ]
-    names = ("receipt",) * with_receipt + ("message", "event", "dispatch")
-    ids = ", ".join(f"(SELECT id FROM {alias})" for alias in names)
-    return f"WITH {', '.join(ctes)} SELECT {ids}"
+    ctes += [
+        f"{alias} AS ({_insert_many(alias, model, 'v.task_id IN (SELECT id FROM task)')} "
+        "RETURNING id, task_id)"
+        for alias, model in _NEW_TASK_ROWS[1:]
+    ]
+    joins = " ".join(
+        f"JOIN {alias} ON {alias}.task_id = task.id" for alias, _ in _NEW_TASK_ROWS[1:]
+    )
+    return (
+        f"WITH {', '.join(ctes)} SELECT task.id, receipt.id, message.id, event.id, dispatch.id "
+        f"FROM task LEFT JOIN receipt ON receipt.task_id = task.id {joins}"
+    )
 
 
 @functools.cache
@@ -601,27 +652,25 @@ class PgTaskStore:
             _saved(receipt, rows[0][0])
         return bool(rows)
 
-    def open_task(
-        self,
-        task: Task,
-        message: Message,
-        event: TaskEvent,
-        dispatch: ExecutorDispatch,
-        receipt: MessageReceipt | None = None,
-    ) -> bool:
-        rows = (task, message, event, dispatch)
-        params: dict[str, object] = _values("receipt", receipt) if receipt is not None else {}
-        for (alias, _), obj in zip(_NEW_TASK_ROWS, rows, strict=True):
-            params |= _values(alias, obj)
-        ((*pks,),) = run_prepared(_open_task_sql(receipt is not None), params)
-        if receipt is not None:
-            receipt_pk = pks.pop(0)
-            if receipt_pk is None:
-                return False
-            _saved(receipt, receipt_pk)
-        for obj, pk in zip(rows, (task.pk, *pks), strict=True):
-            _saved(obj, pk)
-        return True
+    def open_tasks(self, news: Sequence[NewTask]) -> list[bool]:
+        receipts = [new.receipt for new in news if new.receipt is not None]
+        params = _values_many("receipt", MessageReceipt, receipts)
+        for alias, model in _NEW_TASK_ROWS:
+            params |= _values_many(alias, model, [getattr(new, alias) for new in news])
+        written = {row[0]: row[1:] for row in run_prepared(_open_tasks_sql(), params)}
+        opened = []
+        for new in news:
+            pks = written.get(new.task.pk)
+            opened.append(pks is not None)
+            if pks is None:
+                continue
+            receipt_pk, *row_pks = pks
+            if new.receipt is not None:
+                _saved(new.receipt, receipt_pk)
+            rows = (new.task, new.message, new.event, new.dispatch)
+            for obj, pk in zip(rows, (new.task.pk, *row_pks), strict=True):
+                _saved(obj, pk)
+        return opened
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         rows = run_prepared(_lock_sql(), {"task": task_pk})
@@ -801,20 +850,17 @@ class OrmTaskStore:
             return False
         return True
 
-    def open_task(
-        self,
-        task: Task,
-        message: Message,
-        event: TaskEvent,
-        dispatch: ExecutorDispatch,
-        receipt: MessageReceipt | None = None,
-    ) -> bool:
+    def open_tasks(self, news: Sequence[NewTask]) -> list[bool]:
+        opened = []
         with transaction.atomic():  # atomic on its own, as the one statement is
-            if receipt is not None and not self.claim_receipt(receipt):
-                return False
-            for row in (task, message, event, dispatch):
-                row.save(force_insert=True)
-        return True
+            for new in news:
+                if new.receipt is not None and not self.claim_receipt(new.receipt):
+                    opened.append(False)
+                    continue
+                for row in (new.task, new.message, new.event, new.dispatch):
+                    row.save(force_insert=True)
+                opened.append(True)
+        return opened
 
     def lock(self, task_pk: uuid.UUID) -> Task | None:
         return (

@@ -6,8 +6,9 @@ connections a web process uses is bounded by the thread count however many reque
 the event hub (waiters hold no connection). A call that fails closes its thread's connection,
 so the next call starts from a clean one.
 
-`Coalesced` runs the calls of one read that arrive in the same turn of the event loop as one
-ORM call (GetTask: one statement for every request in the turn).
+`Coalesced` runs the calls of one read, or one write atomic on its own, that arrive in the same
+turn of the event loop as one ORM call (GetTask: one statement for every request in the turn;
+SendMessage's new tasks: one statement and one commit).
 """
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ class Coalesced(Generic[K, T]):
     statement serve them all, instead of one each (docs/decisions.md, "Issue 19, twelfth
     pass").
 
-    `read_many` takes the keys and returns one result per key, in order. If it raises for a
-    batch of several keys, each key is read again on its own, so a key whose read fails
-    fails alone (its caller gets the exception) and the others get their answers. A caller
-    that stops waiting (a client gone) leaves the others' reads as they are.
+    `read_many` takes the keys and returns one result per key, in order; a result that is
+    an exception is raised to its caller alone. If `read_many` raises for a batch of several
+    keys, each key is read again on its own, so a key whose read fails fails alone (its
+    caller gets the exception) and the others get their answers: a `read_many` that writes
+    must then have written nothing (services.task_send_new). A caller that stops waiting (a
+    client gone) leaves the others' reads as they are.
     """
 
     def __init__(self, read_many: Callable[[list[K]], list[T]], *, most: int = 64) -> None:
@@ -117,7 +120,10 @@ class Coalesced(Generic[K, T]):
                 await asyncio.gather(*(self._read([one]) for one in batch))
             return
         for (_, future), result in answers:
-            _settle(future, result=result)
+            if isinstance(result, Exception):
+                _settle(future, exception=result)
+            else:
+                _settle(future, result=result)
 
 
 def _settle(future: asyncio.Future, *, result: object = None, exception: Exception | None = None):

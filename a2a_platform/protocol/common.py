@@ -12,14 +12,15 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a.types import a2a_pb2
 from django.conf import settings
 from google.protobuf import json_format
 
-from a2a_platform.lib.orm import run_orm
+from a2a_platform.lib.orm import Coalesced, run_orm
 from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
 from a2a_platform.protocol.errors import (
@@ -73,8 +74,13 @@ def _error_path(parse_error: str) -> str:
 
 async def orm(fn):
     """Run a short ORM call; map domain errors to protocol errors."""
+    return await domain_errors(run_orm(fn))
+
+
+async def domain_errors(awaitable: Awaitable[T]) -> T:
+    """Await it; map domain errors to protocol errors."""
     try:
-        return await run_orm(fn)
+        return await awaitable
     except Exception as exc:
         mapped = from_domain(exc)
         if mapped is None:
@@ -214,7 +220,7 @@ async def accept_message(
         await hub.start(timeout=0)
         woken = hub.subscribe(new_task_id)
 
-    def write():
+    def write() -> Accepted:
         from webhooks.services import push_config_create
 
         written = None
@@ -234,15 +240,26 @@ async def accept_message(
             request_hash=request_hash,
             metadata=metadata,
             card_version_id=_card_version_id(ctx.agent),
-            # Without a push config or a snapshot, nothing runs in the send's transaction:
-            # task_send may write a new task alone, without one (one statement).
-            within=within if inline_push is not None or render_snapshot else None,
+            within=within,
             new_task_id=new_task_id,
         )
         return Accepted(result, history_length, config.return_immediately, written)
 
     try:
-        accepted = await orm(write)
+        if inline_push is None and not msg.task_id:
+            # A new task with nothing written beside it: written with the other sends of
+            # this turn of the event loop, in one statement (`_new_tasks`).
+            send = services.NewSend(
+                ctx.agent, ctx.principal, msg, request_hash, metadata, task_pk=new_task_id
+            )
+            result = await domain_errors(_new_tasks(send))
+            # A created task's snapshot is in hand (no query); a replay has none, as below.
+            written = None
+            if render_snapshot and result.created:
+                written = _written_snapshot(result, history_length)
+            accepted = Accepted(result, history_length, config.return_immediately, written)
+        else:
+            accepted = await orm(write)
     except BaseException:
         if woken is not None:
             get_hub().unsubscribe(new_task_id, woken)
@@ -272,6 +289,8 @@ def card_url(ctx: Ctx) -> str:
     return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
 
 
+T = TypeVar("T")
+
 _card_versions: TTLCache[tuple[int | None]] = TTLCache(lambda: 5)
 
 
@@ -283,6 +302,19 @@ def _card_version_id(agent) -> int | None:
     if cached is None:  # a miss; a cached "no version yet" is (None,)
         cached = _card_versions.put(agent.pk, (current_card_version_id(agent),))
     return cached[0]
+
+
+def _open_new(sends: list[services.NewSend]) -> list[services.SendResult | Exception]:
+    """On an ORM thread: the new tasks of one turn's sends, each with its agent's card
+    version."""
+    return services.task_send_new(
+        sends=[dataclasses.replace(s, card_version_id=_card_version_id(s.agent)) for s in sends]
+    )
+
+
+# The sends of one turn that open a task alone: one statement and one commit for all of them
+# (services.task_send_new; docs/decisions.md, "Issue 19, thirteenth pass").
+_new_tasks = Coalesced(_open_new)
 
 
 def card_version_served(agent_pk: int, version_id: int) -> None:

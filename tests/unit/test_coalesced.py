@@ -85,6 +85,27 @@ def test_a_key_whose_read_fails_fails_alone():
     assert sorted(read.calls[1:]) == [[1], [2], [3]]
 
 
+def test_an_exception_answered_for_a_key_is_raised_to_its_caller_alone_without_a_retry():
+    # A call that writes answers a refused key with its error (services.task_send_new): the
+    # others' answers stand, and nothing is called again (a retry would write them twice).
+    calls: list[list[int]] = []
+
+    def write_many(keys: list[int]) -> list[object]:
+        calls.append(list(keys))
+        return [ValueError(f"refused {k}") if k % 2 else k * 10 for k in keys]
+
+    coalesced = Coalesced(write_many)
+
+    async def main():
+        return await asyncio.gather(*(coalesced(k) for k in [2, 3, 4]), return_exceptions=True)
+
+    two, three, four = run(main())
+    assert (two, four) == (20, 40)
+    assert isinstance(three, ValueError)
+    assert str(three) == "refused 3"
+    assert calls == [[2, 3, 4]]
+
+
 def test_a_lone_failing_read_raises_to_its_caller():
     coalesced = Coalesced(Recorder(fail_on=frozenset({5})))
     with pytest.raises(LookupError, match=r"no \[5\]"):

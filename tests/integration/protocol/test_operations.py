@@ -294,6 +294,54 @@ def test_get_tasks_made_at_once_are_read_together_each_answered_as_asked(
     assert len(reads) < 7
 
 
+def test_new_tasks_sent_at_once_are_written_together_each_answered_as_asked(
+    wire, agent, key, monkeypatch
+):
+    # Concurrent sends that open tasks: authenticated and anonymous, two identical retries
+    # racing, a messageId reused with another request. Fewer writes than sends (one per turn
+    # of the event loop), and each caller gets what it would get alone.
+    taken = _send(wire, headers=_auth(key), text="first", messageId="taken")["result"]["task"]
+    writes = spy(monkeypatch, services, "task_send_new")
+
+    def send(text, headers=None, **message):
+        params = {
+            "message": {**user_message(text), **message},
+            "configuration": {"returnImmediately": True},
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+        return ("POST", "/", {"json": body, "headers": headers or {}})
+
+    answers = [
+        r.json()
+        for r in wire.concurrently(
+            [
+                send("a", _auth(key), messageId="a"),
+                send("b", _auth(key), messageId="b"),
+                send("anon"),
+                send("twice", _auth(key), messageId="twice"),
+                send("twice", _auth(key), messageId="twice"),
+                send("other text", _auth(key), messageId="taken"),
+                send("c", _auth(key), messageId="c"),
+            ]
+        )
+    ]
+    tasks = [a.get("result", {}).get("task") for a in answers]
+    assert [t["history"][0]["parts"][0]["text"] for t in tasks[:5] + tasks[6:]] == [
+        "a", "b", "anon", "twice", "twice", "c",
+    ]  # fmt: skip
+    assert all(t["status"]["state"] == "TASK_STATE_SUBMITTED" for t in tasks[:5] + tasks[6:])
+    # The racing retries are one task; the reused messageId is refused and wrote nothing.
+    assert tasks[3]["id"] == tasks[4]["id"]
+    assert answers[5]["error"]["code"] == -32602
+    assert "different request" in answers[5]["error"]["message"]
+    ids = {t["id"] for t in tasks[:5] + tasks[6:]} | {taken["id"]}
+    assert {str(pk) for pk in Task.objects.values_list("pk", flat=True)} == ids
+    assert Task.objects.get(pk=taken["id"]).messages.get().parts == [{"text": "first"}]
+    # Every send went through the batch write, in fewer calls than sends.
+    assert sum(len(call.kwargs["sends"]) for call in writes) == 7
+    assert len(writes) < 7
+
+
 def test_list_tasks_newest_first_paginated_and_scoped(wire, agent, key):
     other = api_key_create(agent=agent, name="other")
     ids = [_send(wire, headers=_auth(key))["result"]["task"]["id"] for _ in range(5)]

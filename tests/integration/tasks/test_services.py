@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from tasks import selectors, services, task_store, wire
 from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
-from tasks.models import DispatchState, MessageReceipt, Task, TaskEvent
+from tasks.models import DispatchState, ExecutorDispatch, MessageReceipt, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
 from tests.factories import user_message
@@ -304,6 +304,45 @@ def test_task_send_claims_a_receipt_once_and_replays_retries(agent):
     retried = services.task_send(agent=agent, owner="a", message=follow, request_hash="h2")
     assert retried.replayed
     assert Task.objects.get(pk=sent.task.pk).messages.count() == 2
+
+
+def test_task_send_new_writes_many_sends_at_once_each_with_its_own_outcome(agent):
+    """Sends written together: each created, replayed or refused as alone; a refused one
+    writes nothing and costs the others nothing; all of them in one store call."""
+    first = services.task_send(
+        agent=agent, owner="a", message=user_message("x", messageId="used"), request_hash="h"
+    )
+    empty = wire.parse_message(user_message("no parts"))
+    del empty.parts[:]
+    new = services.NewSend
+    outcomes = services.task_send_new(
+        sends=[
+            new(agent, "a", user_message("one"), request_hash="h1"),
+            new(agent, "a", empty, request_hash="h2"),
+            new(agent, "a", user_message("x", messageId="used"), request_hash="h"),
+            new(agent, "a", user_message("y", messageId="used"), request_hash="h3"),
+            new(agent, "b", user_message("anon"), metadata={"k": 1}),
+        ]
+    )
+    one, no_parts, replay, reused, anon = outcomes
+    assert (one.created, one.replayed, anon.created) == (True, False, True)
+    assert (replay.task.pk, replay.created, replay.replayed) == (first.task.pk, False, True)
+    assert isinstance(no_parts, InvalidPayload)
+    assert no_parts.field == "message.parts"
+    assert isinstance(reused, InvalidPayload)
+    assert reused.field == "message.messageId"
+    assert {t.pk for t in Task.objects.all()} == {first.task.pk, one.task.pk, anon.task.pk}
+    assert Task.objects.get(pk=anon.task.pk).metadata == {"k": 1}
+    assert [m.parts for m in Task.objects.get(pk=one.task.pk).messages.all()] == [[{"text": "one"}]]
+    assert MessageReceipt.objects.count() == 2  # first's, and one's
+    assert {d.task_id: d.enqueues for d in ExecutorDispatch.objects.all()} == {
+        first.task.pk: 1,
+        one.task.pk: 1,
+        anon.task.pk: 1,
+    }
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        services.task_send_new(sends=[new(agent, "a", user_message("inside"))])
+    assert Task.objects.count() == 3
 
 
 def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):

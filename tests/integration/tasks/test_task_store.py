@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from tasks.models import (
 )
 from tasks.states import TaskState
 from tasks.task_store import (
+    NewTask,
     OrmTaskStore,
     PgTaskStore,
     SettledKey,
@@ -113,12 +115,14 @@ def _open(store: TaskStore, agent, *, pk: uuid.UUID = TASK_PK, owner: str = "o")
     )
     event = TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0)
     dispatch = ExecutorDispatch(task=task, not_before=T0, progress={}, enqueues=1)
-    store.open_task(task, message, event, dispatch)
+    assert store.open_tasks([NewTask(task, message, event, dispatch)]) == [True]
     return task
 
 
-def _new_task_rows(agent, pk: uuid.UUID = TASK_PK, *, progress=None) -> tuple:
-    """A new task's four rows as open_task takes them (nothing saved): the task, its first
+def _new_task_rows(
+    agent, pk: uuid.UUID = TASK_PK, *, progress=None, message_id: str = "m1"
+) -> NewTask:
+    """A new task's four rows as open_tasks takes them (nothing saved): the task, its first
     message, its first event and its dispatch (`progress` None: one that cannot be written)."""
     task = Task(
         id=pk,
@@ -129,12 +133,24 @@ def _new_task_rows(agent, pk: uuid.UUID = TASK_PK, *, progress=None) -> tuple:
         status_timestamp=T0,
         last_seq=1,
     )
-    return (
+    return NewTask(
         task,
-        Message(task=task, message_id="m1", role="ROLE_USER", parts=[{"text": "hi"}]),
+        Message(task=task, message_id=message_id, role="ROLE_USER", parts=[{"text": "hi"}]),
         TaskEvent(task=task, seq=1, kind="status", payload={"s": 1}, created_at=T0),
         ExecutorDispatch(task=task, not_before=T0, progress=progress, enqueues=1),
     )
+
+
+def _receipt(agent, new: NewTask, request_hash: str = "h") -> NewTask:
+    """`new` with an idempotency receipt for its message."""
+    receipt = MessageReceipt(
+        agent=agent,
+        owner=new.task.owner,
+        message_id=new.message.message_id,
+        request_hash=request_hash,
+        task_id=new.task.pk,
+    )
+    return replace(new, receipt=receipt)
 
 
 def _message(task: Task, message_id: str) -> Message:
@@ -147,8 +163,9 @@ def _message(task: Task, message_id: str) -> Message:
 
 def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
     def scenario(store):
-        task, *rows = _new_task_rows(agent, progress={"p": 1})
-        result = store.open_task(task, *rows)
+        new = _new_task_rows(agent, progress={"p": 1})
+        task, rows = new.task, (new.message, new.event, new.dispatch)
+        (result,) = store.open_tasks([new])
         ids_match = [type(r).objects.get(task=task).pk == r.pk for r in rows]
         saved = [r._state.adding for r in (task, *rows)]
         return result, task, *rows, ids_match, saved
@@ -168,12 +185,10 @@ def test_open_task_writes_the_four_rows_and_gives_each_its_id(agent):
 def test_open_task_with_a_receipt_writes_nothing_when_the_receipt_is_taken(agent):
     def scenario(store):
         def attempt(pk: uuid.UUID, request_hash: str):
-            task, *rows = _new_task_rows(agent, pk, progress={})
-            receipt = MessageReceipt(
-                agent=agent, owner="o", message_id="m1", request_hash=request_hash, task_id=pk
-            )
-            opened = store.open_task(task, *rows, receipt)
-            return opened, receipt.pk is not None, [r._state.adding for r in rows]
+            new = _receipt(agent, _new_task_rows(agent, pk, progress={}), request_hash)
+            (opened,) = store.open_tasks([new])
+            rows = (new.message, new.event, new.dispatch)
+            return opened, new.receipt.pk is not None, [r._state.adding for r in rows]
 
         first = attempt(TASK_PK, "h")
         # A retry of the same messageId (another body, too): refused, and the caller's
@@ -486,6 +501,52 @@ def test_get_task_store_refuses_postgres_on_another_database_and_unknown_values(
     assert type(get_task_store()) is OrmTaskStore
 
 
+def test_open_tasks_writes_many_tasks_each_only_with_its_receipt(agent):
+    """One call, five tasks: two without a receipt, one whose receipt an earlier call took,
+    and two with the same receipt key (the first of them wins). Each answer at its position;
+    the tasks written have all their rows and ids, the others none."""
+
+    def scenario(store):
+        pk = uuid.UUID
+        assert store.open_tasks([_receipt(agent, _new_task_rows(agent, pk(int=1), progress={}))])
+        news = [
+            _new_task_rows(agent, pk(int=2), progress={}, message_id="a"),
+            _receipt(agent, _new_task_rows(agent, pk(int=3), progress={})),  # m1: taken
+            _receipt(agent, _new_task_rows(agent, pk(int=4), progress={}, message_id="b")),
+            _receipt(agent, _new_task_rows(agent, pk(int=5), progress={}, message_id="b"), "h2"),
+            _new_task_rows(agent, pk(int=6), progress={"p": 6}, message_id="c"),
+        ]
+        opened = store.open_tasks(news)
+        ids = [
+            [r.pk is not None and type(r).objects.get(task=new.task).pk == r.pk for r in rows]
+            for new in news
+            for rows in [(new.message, new.event, new.dispatch)]
+        ]
+        receipts = dict(MessageReceipt.objects.values_list("message_id", "task_id"))
+        return (
+            opened,
+            ids,
+            receipts,
+            sorted(t.int for t in Task.objects.values_list("pk", flat=True)),
+        )
+
+    seen = both(scenario)
+    opened, ids, receipts, tasks = seen["value"]
+    assert opened == [True, False, True, False, True]
+    assert ids == [[True] * 3, [False] * 3, [True] * 3, [False] * 3, [True] * 3]
+    assert receipts == {"m1": uuid.UUID(int=1), "b": uuid.UUID(int=4)}
+    assert tasks == [1, 2, 4, 6]
+    assert {name: len(rows) for name, rows in seen["rows"].items()} == {
+        "Task": 4,
+        "Message": 4,
+        "Artifact": 0,
+        "TaskEvent": 4,
+        "ExecutorDispatch": 4,
+        "MessageReceipt": 2,
+    }
+    assert [d["progress"] for d in seen["rows"]["ExecutorDispatch"]][-1] == {"p": 6}
+
+
 @pytest.mark.parametrize("choice", ["orm", "postgres"])
 def test_services_and_selectors_use_the_store_the_setting_chooses(
     agent, settings, monkeypatch, choice
@@ -496,7 +557,7 @@ def test_services_and_selectors_use_the_store_the_setting_chooses(
     settings.A2A_STORE = choice
     used = []
     for cls in (PgTaskStore, OrmTaskStore):
-        for method in ("open_task", "visible"):
+        for method in ("open_tasks", "visible"):
             original = getattr(cls, method)
             name = f"{cls.__name__}.{method}"
 
@@ -508,7 +569,7 @@ def test_services_and_selectors_use_the_store_the_setting_chooses(
     task = services.task_create(agent=agent, owner="o", message=user_message())
     assert selectors.task_for_owner(agent_id=agent.pk, owner="o", task_id=task.pk) is not None
     prefix = {"orm": "OrmTaskStore", "postgres": "PgTaskStore"}[choice]
-    assert used == [f"{prefix}.open_task", f"{prefix}.visible"]
+    assert used == [f"{prefix}.open_tasks", f"{prefix}.visible"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -523,7 +584,12 @@ def test_open_task_outside_a_transaction_writes_all_its_rows_or_none(name, agent
 
     # The last row cannot be written (progress is NOT NULL): nothing of the task stays.
     with pytest.raises(IntegrityError):
-        store.open_task(*_new_task_rows(agent, uuid.UUID(int=7)))
+        store.open_tasks([_new_task_rows(agent, uuid.UUID(int=7))])
     assert (Task.objects.count(), Message.objects.count(), TaskEvent.objects.count()) == (0, 0, 0)
-    assert store.open_task(*_new_task_rows(agent, uuid.UUID(int=8), progress={}))
+    # Nor of the others written with it: the call is all of its tasks or none.
+    good = _new_task_rows(agent, uuid.UUID(int=6), progress={}, message_id="m0")
+    with pytest.raises(IntegrityError):
+        store.open_tasks([good, _new_task_rows(agent, uuid.UUID(int=7))])
+    assert (Task.objects.count(), Message.objects.count(), TaskEvent.objects.count()) == (0, 0, 0)
+    assert store.open_tasks([_new_task_rows(agent, uuid.UUID(int=8), progress={})]) == [True]
     assert Task.objects.get().pk == uuid.UUID(int=8)
