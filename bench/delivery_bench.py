@@ -340,8 +340,9 @@ class Producer:
         self.local = threading.local()
         self.sender: httpx.Client | None = None
 
-        def capture(task, events) -> None:  # the baseline's in-memory copy of the event
+        def capture(writes) -> None:  # the baseline's in-memory copy of the event
             if getattr(self.local, "capture", False):
+                task, events = writes[-1]
                 event = events[-1]
                 self.local.event = (str(task.pk), event.seq, event.payload)
 

@@ -47,8 +47,10 @@ from webhooks.models import (
 
 
 class OutboxEvent(NamedTuple):
-    """A task event the outbox owes its push configs: its seq, kind and the exact body."""
+    """A task event the outbox owes its push configs: its task, seq, kind and the exact
+    body."""
 
+    task_pk: uuid.UUID
     seq: int
     kind: str
     body: str
@@ -116,13 +118,13 @@ class OutboxStore(Protocol):
     """The outbox's statements. Each runs inside the caller's transaction and locks config
     rows before delivery rows, like every writer of heads (webhooks/heads.py)."""
 
-    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
-        """Write one delivery of each of a task's events (in seq order) per current binding
-        of the task's live push configs (config rows locked in id order first), so that each
-        config's deliveries are numbered in its events' order: pending, and its config due
-        now unless its head is already scheduled; `held` for a binding a rebind has not
-        activated yet. Returns how many configs are owed a pending delivery (each wants a
-        pump)."""
+    def outbox_write(self, events: Sequence[OutboxEvent], now: datetime) -> int:
+        """Write one delivery of each event (each task's in seq order; of one task or of
+        several) per current binding of its task's live push configs (the config rows of all
+        the tasks locked in id order first), so that each config's deliveries are numbered in
+        its events' order: pending, and its config due now unless its head is already
+        scheduled; `held` for a binding a rebind has not activated yet. Returns how many
+        configs are owed a pending delivery (each wants a pump)."""
         ...
 
     def claim_read(self, now: datetime, limit: int, config_pks: Iterable[int] | None) -> list[Head]:
@@ -226,7 +228,7 @@ def _outbox_write_sql() -> str:
             "event_id": "gen_random_uuid()",
             "config": "b.config_id",
             "binding": "b.id",
-            "task": "%(task)s",
+            "task": "e.task",
             "seq": "e.seq",
             "kind": "e.kind",
             "body": "e.body",
@@ -243,16 +245,16 @@ def _outbox_write_sql() -> str:
     )
     return f"""
 WITH configs AS (
-    SELECT id FROM {_table(PushConfig)}
-    WHERE task_id = %(task)s AND deleted_at IS NULL
+    SELECT id, task_id FROM {_table(PushConfig)}
+    WHERE task_id = ANY(%(tasks)s::uuid[]) AND deleted_at IS NULL
     ORDER BY id
     FOR NO KEY UPDATE
 ), written AS (
     INSERT INTO {_table(Delivery)} ({columns})
     SELECT {values}
     FROM {_table(PushBinding)} b JOIN configs c ON c.id = b.config_id
-    CROSS JOIN unnest(%(seqs)s::integer[], %(kinds)s::text[], %(bodies)s::text[])
-        WITH ORDINALITY AS e(seq, kind, body, n)
+    JOIN unnest(%(tasks)s::uuid[], %(seqs)s::integer[], %(kinds)s::text[], %(bodies)s::text[])
+        WITH ORDINALITY AS e(task, seq, kind, body, n) ON e.task = c.task_id
     WHERE b.retired_at IS NULL
     -- Ids are taken in this order: per config, the deliveries follow the events.
     ORDER BY e.n, b.id
@@ -398,9 +400,9 @@ def statements() -> dict[str, str]:
 class PgOutboxStore:
     """The outbox store as prepared SQL (PostgreSQL only)."""
 
-    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
+    def outbox_write(self, events: Sequence[OutboxEvent], now: datetime) -> int:
         params = {
-            "task": task_pk,
+            "tasks": [e.task_pk for e in events],
             "seqs": [e.seq for e in events],
             "kinds": [e.kind for e in events],
             "bodies": [e.body for e in events],
@@ -472,20 +474,23 @@ class PgOutboxStore:
 class OrmOutboxStore:
     """The outbox store through the ORM: the same rows on any database."""
 
-    def outbox_write(self, task_pk: uuid.UUID, events: Sequence[OutboxEvent], now: datetime) -> int:
-        bindings = list(
-            PushBinding.objects.filter(
-                config__task_id=task_pk, config__deleted_at__isnull=True, retired_at__isnull=True
-            ).values_list("pk", "config_id", "activated_at")
-        )
+    def outbox_write(self, events: Sequence[OutboxEvent], now: datetime) -> int:
+        bindings: dict[uuid.UUID, list[tuple]] = {}
+        for task_pk, *binding in PushBinding.objects.filter(
+            config__task_id__in={event.task_pk for event in events},
+            config__deleted_at__isnull=True,
+            retired_at__isnull=True,
+        ).values_list("config__task_id", "pk", "config_id", "activated_at"):
+            bindings.setdefault(task_pk, []).append(tuple(binding))
         if not bindings:
             return 0
-        bindings.sort()  # in the order the SQL store numbers them: event, then binding
+        for found in bindings.values():
+            found.sort()  # in the order the SQL store numbers them: event, then binding
         Delivery.objects.bulk_create(
             Delivery(
                 config_id=config_pk,
                 binding_id=binding_pk,
-                task_id=task_pk,
+                task_id=event.task_pk,
                 seq=event.seq,
                 kind=event.kind,
                 body=event.body,
@@ -494,9 +499,11 @@ class OrmOutboxStore:
                 state=DeliveryState.PENDING if active else DeliveryState.HELD,
             )
             for event in events
-            for binding_pk, config_pk, active in bindings
+            for binding_pk, config_pk, active in bindings.get(event.task_pk, ())
         )
-        owed = [config_pk for _, config_pk, active in bindings if active]
+        owed = sorted(
+            {config_pk for found in bindings.values() for _, config_pk, active in found if active}
+        )
         if owed:
             heads.owe(owed, now)
         return len(owed)

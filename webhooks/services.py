@@ -178,19 +178,21 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         heads.refresh([push.pk])
 
 
-def on_task_event(task: Task, events: list[TaskEvent]) -> None:
+def on_task_event(writes: list[tuple[Task, list[TaskEvent]]]) -> None:
     """The outbox hook, inside the lifecycle transaction: one Delivery per current binding and
-    event, the events of one write in one outbox write.
+    event, the events of the writes (one write, or a batch's: tasks.hooks.hooks_together) in
+    one outbox write.
 
     Status and artifact events are delivered; `message` history entries are not (the stream
     shape of spec §3.1.2 has no place for them).
     """
     owed = [
-        OutboxEvent(event.seq, event.kind, body_bytes(event.payload))
+        OutboxEvent(task.pk, event.seq, event.kind, body_bytes(event.payload))
+        for task, events in writes
         for event in events
         if event.kind in ("status", "artifact")
     ]
-    if owed and get_outbox_store().outbox_write(task.pk, owed, timezone.now()):
+    if owed and get_outbox_store().outbox_write(owed, timezone.now()):
         wake_on_commit()
 
 

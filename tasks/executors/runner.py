@@ -29,6 +29,7 @@ from tasks.dispatch import (
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor, leases
 from tasks.executors.base import ExecutorContext, RunAgain
+from tasks.hooks import hooks_together
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
@@ -93,7 +94,8 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
 
 def _run_together(claims: list[DispatchClaim], worker: str) -> None:
     """Run a batch of quick claims in one transaction: their answers commit together (one
-    BEGIN, one COMMIT and one WAL flush for the batch, not one per task), then each is
+    BEGIN, one COMMIT and one WAL flush for the batch, not one per task; one outbox
+    statement for all their events, tasks.hooks.hooks_together), then each is
     settled as `_run_claimed` settles it. The batch runs in task id order, so its task rows
     are locked in the order a rebind locks them (webhooks/rebind.py).
 
@@ -107,7 +109,9 @@ def _run_together(claims: list[DispatchClaim], worker: str) -> None:
         with contextlib.ExitStack() as held:
             for claim in ordered:
                 held.enter_context(leases.keeper().held(claim.dispatch_id, worker))
-            with transaction.atomic():
+            # The batch's event hooks (its outbox rows) run once, for all of it, before the
+            # commit: one outbox statement instead of one per answer.
+            with transaction.atomic(), hooks_together():
                 for claim in ordered:
                     executor = get_executor(claim.executor)
                     if executor is None:

@@ -7,6 +7,7 @@ broker is the test's real Redis: the queue is read to count what was published.
 """
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -25,6 +26,7 @@ from tasks.models import DispatchState, ExecutorDispatch, Task
 from tasks.states import TaskState
 from tests.factories import user_message
 from tests.statements import statements, task_locks
+from webhooks.models import Delivery, PushConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -307,6 +309,32 @@ def test_a_backlogs_batches_are_answered_one_transaction_each(store, agent, brok
         assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
         assert task.artifacts.get().parts == task.messages.get().parts
         assert task.dispatches.get().state == DispatchState.DONE
+
+
+def test_a_batchs_outbox_rows_are_written_in_one_statement_each_to_its_own_configs(
+    store, agent, broker
+):
+    # Six tasks, two push configs on one, one on three others, none on two: one batch, one
+    # outbox statement for all of it, and each config owed its own task's answer, in order.
+    from tests.webhook_checks import open_task
+
+    hook = {"url": "http://127.0.0.1:9/hook"}
+    opened = [open_task(agent, f"m{i}", *[hook] * n) for i, n in enumerate([2, 1, 0, 1, 0, 1])]
+    with statements() as ran:
+        assert run_due(worker="w1") == 6
+    assert len(answer_transactions([task for task, _ in opened])) == 1
+    assert len([sql for sql in ran if re.search(r'INSERT INTO "?webhooks_delivery\b', sql)]) == 1
+    for task, configs in opened:
+        for config in configs:
+            rows = Delivery.objects.filter(config=config).order_by("id")
+            assert [(d.task_id, d.seq, d.kind) for d in rows] == [
+                (task.pk, 1, "snapshot"),  # written when the config was registered
+                (task.pk, 2, "status"),
+                (task.pk, 3, "artifact"),
+                (task.pk, 4, "status"),
+            ]
+            assert PushConfig.objects.get(pk=config.pk).head_due_at is not None
+    assert Delivery.objects.count() == 4 * 5
 
 
 def test_a_run_that_fails_rolls_its_batch_back_and_each_runs_on_its_own(store, agent):

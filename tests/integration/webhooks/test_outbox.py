@@ -356,6 +356,41 @@ def test_registration_racing_an_answer_from_the_claims_row_misses_nothing(transa
     ]
 
 
+def test_registration_racing_a_batch_of_answers_misses_nothing(transactional_db):
+    """A batch of quick answers writes its outbox rows once, at its end (hooks_together).
+    A config registered for one of its tasks meanwhile (its transaction holding that task's
+    row) makes the batch wait at that task's answer; once it commits, the batch's one outbox
+    write sees it: the snapshot at seq 1, then each event of the answer. The batch's other
+    tasks are answered in the same transaction."""
+    from tasks.dispatch import dispatch_claim_due
+    from tasks.executors import runner
+
+    echo = AgentFactory(executor="echo")
+    tasks = sorted((new_task(echo) for _ in range(3)), key=lambda task: str(task.pk))
+    claims = dispatch_claim_due(worker="w1", limit=3)
+    assert len(claims) == 3
+    with held_open(lambda: register(tasks[1], "racing")) as registered:
+        batch = in_thread(lambda: runner._run_together(claims, "w1"))
+        wait_for_a_lock_waiter()
+    assert batch() is None
+    assert [(d.seq, d.kind) for d in deliveries(registered[0])] == [
+        (1, "snapshot"),
+        (2, "status"),
+        (3, "artifact"),
+        (4, "status"),
+    ]
+    answered = TaskEvent.objects.filter(task__in=tasks, seq=4)
+    assert len({event.task_id for event in answered}) == 3
+    # One transaction: the batch was not rolled back and run again task by task.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(DISTINCT xmin::text) FROM tasks_taskevent WHERE task_id = ANY(%s)"
+            " AND seq > 1",
+            [[task.pk for task in tasks]],
+        )
+        assert cursor.fetchone()[0] == 1
+
+
 # --- Claiming and recording --------------------------------------------------------------
 
 

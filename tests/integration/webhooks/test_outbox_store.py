@@ -135,7 +135,7 @@ def test_outbox_write_writes_one_delivery_per_current_binding_in_both(outbox):
     before = Delivery.objects.count()
 
     written, after = assert_same(
-        both(lambda store: store.outbox_write(task.pk, [OutboxEvent(7, "status", '{"s":1}')], T0))
+        both(lambda store: store.outbox_write([OutboxEvent(task.pk, 7, "status", '{"s":1}')], T0))
     )
 
     assert written == 4  # the task's four configs; the other task's is not owed
@@ -147,12 +147,15 @@ def test_outbox_write_writes_one_delivery_per_current_binding_in_both(outbox):
 
 def test_outbox_write_of_several_events_numbers_each_configs_deliveries_in_event_order(outbox):
     task, _ = outbox
-    events = [OutboxEvent(7, "status", '{"s":7}'), OutboxEvent(8, "artifact", '{"s":8}')]
-    events.append(OutboxEvent(9, "status", '{"s":9}'))
+    events = [
+        OutboxEvent(task.pk, 7, "status", '{"s":7}'),
+        OutboxEvent(task.pk, 8, "artifact", '{"s":8}'),
+    ]
+    events.append(OutboxEvent(task.pk, 9, "status", '{"s":9}'))
     before = Delivery.objects.count()
 
     def write(store) -> tuple[int, list[list[int]]]:
-        written = store.outbox_write(task.pk, events, T0)
+        written = store.outbox_write(events, T0)
         by_config: dict[int, list[int]] = {}
         rows = Delivery.objects.filter(task=task, seq__gte=7).order_by("config_id", "id")
         for config_pk, seq in rows.values_list("config_id", "seq"):
@@ -164,6 +167,41 @@ def test_outbox_write_of_several_events_numbers_each_configs_deliveries_in_event
     assert written == 4  # configs owed, however many events
     assert seqs_by_id == [[7, 8, 9]] * 4  # each config's delivery ids follow its events
     assert len(after["deliveries"]) == before + 12
+
+
+def test_outbox_write_of_several_tasks_owes_each_event_to_its_own_tasks_configs(outbox):
+    # A batch's events (tasks.hooks.hooks_together): two tasks' events interleaved with one
+    # of a task without configs, in one call; each config gets its own task's, in order.
+    task, pushes = outbox
+    other = pushes["in_flight"].task_id
+    lone = services.task_create(agent=task.agent, owner="o", message=user_message("no configs")).pk
+    before = Delivery.objects.order_by("id").last().pk
+    events = [
+        OutboxEvent(task.pk, 7, "status", '{"t":7}'),
+        OutboxEvent(other, 2, "status", '{"o":2}'),
+        OutboxEvent(lone, 2, "status", '{"l":2}'),
+        OutboxEvent(task.pk, 8, "artifact", '{"t":8}'),
+        OutboxEvent(other, 3, "artifact", '{"o":3}'),
+    ]
+
+    def write(store) -> tuple[int, dict[int, list[tuple]]]:
+        written = store.outbox_write(events, T0)
+        by_config: dict[int, list[tuple]] = {}
+        rows = Delivery.objects.filter(pk__gt=before).order_by("id")
+        for config_pk, task_pk, seq, body in rows.values_list(
+            "config_id", "task_id", "seq", "body"
+        ):
+            by_config.setdefault(config_pk, []).append((task_pk, seq, body))
+        return written, by_config
+
+    (written, by_config), _ = assert_same(both(write))
+
+    assert written == 5  # the first task's four configs and the other's one
+    mine = [(task.pk, 7, '{"t":7}'), (task.pk, 8, '{"t":8}')]
+    assert {pk: by_config[pk] for pk in by_config if pk != pushes["in_flight"].pk} == {
+        push.pk: mine for name, push in pushes.items() if name != "in_flight"
+    }
+    assert by_config[pushes["in_flight"].pk] == [(other, 2, '{"o":2}'), (other, 3, '{"o":3}')]
 
 
 def test_claim_read_reads_the_same_heads_in_both(outbox):
