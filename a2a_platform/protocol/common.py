@@ -36,6 +36,7 @@ from tasks.models import Task
 from tasks.selectors import task_artifacts, task_for_owner, task_history
 
 Params = dict[str, Any]
+T = TypeVar("T")
 
 
 def parse_request(params: Any, proto_cls: type) -> Any:
@@ -288,8 +289,6 @@ def card_url(ctx: Ctx) -> str:
 
     return agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
 
-
-T = TypeVar("T")
 
 _card_versions: TTLCache[tuple[int | None]] = TTLCache(lambda: 5)
 
