@@ -398,7 +398,9 @@ def _insert_many(
     fields = _insert_fields(model)
     conn = connections[DEFAULT_DB_ALIAS]
     cols = ", ".join(f.column for f in fields)
-    arrays = ", ".join(f"%({alias}_{f.attname})s::{f.db_type(conn)}[]" for f in fields)
+    # Binary parameters (`%(…)b`): psycopg writes a binary array about three times faster
+    # than the text form's quoted literal (docs/decisions.md, "Issue 19, thirteenth pass").
+    arrays = ", ".join(f"%({alias}_{f.attname})b::{f.db_type(conn)}[]" for f in fields)
     table = model._meta.db_table
     sql = f"INSERT INTO {table} ({cols}) SELECT {cols} FROM unnest({arrays}) v({cols})"
     if when is not None:
@@ -427,7 +429,7 @@ def _open_tasks_sql() -> str:
     task = _insert_many(
         "task",
         Task,
-        when="NOT v.id = ANY(%(receipt_task_id)s::uuid[]) OR v.id IN (SELECT task_id FROM receipt)",
+        when="NOT v.id = ANY(%(receipt_task_id)b::uuid[]) OR v.id IN (SELECT task_id FROM receipt)",
     )
     ctes = [
         "receipt AS ("

@@ -222,6 +222,8 @@ def _insert_fields(model: type[models.Model], values: dict[str, str]) -> tuple[s
 
 @functools.cache
 def _outbox_write_sql() -> str:
+    # The event arrays as binary parameters (`%(…)b`): the text form quotes and escapes every
+    # body's JSON (docs/decisions.md, "Issue 19, thirteenth pass").
     columns, values = _insert_fields(
         Delivery,
         {
@@ -246,14 +248,14 @@ def _outbox_write_sql() -> str:
     return f"""
 WITH configs AS (
     SELECT id, task_id FROM {_table(PushConfig)}
-    WHERE task_id = ANY(%(tasks)s::uuid[]) AND deleted_at IS NULL
+    WHERE task_id = ANY(%(tasks)b::uuid[]) AND deleted_at IS NULL
     ORDER BY id
     FOR NO KEY UPDATE
 ), written AS (
     INSERT INTO {_table(Delivery)} ({columns})
     SELECT {values}
     FROM {_table(PushBinding)} b JOIN configs c ON c.id = b.config_id
-    JOIN unnest(%(tasks)s::uuid[], %(seqs)s::integer[], %(kinds)s::text[], %(bodies)s::text[])
+    JOIN unnest(%(tasks)b::uuid[], %(seqs)b::integer[], %(kinds)b::text[], %(bodies)b::text[])
         WITH ORDINALITY AS e(task, seq, kind, body, n) ON e.task = c.task_id
     WHERE b.retired_at IS NULL
     -- Ids are taken in this order: per config, the deliveries follow the events.
