@@ -337,6 +337,42 @@ def test_a_batchs_outbox_rows_are_written_in_one_statement_each_to_its_own_confi
     assert Delivery.objects.count() == 4 * 5
 
 
+def test_a_batch_rolled_back_leaves_no_outbox_rows_held_and_each_lone_run_writes_its_own(
+    store, agent
+):
+    # The batch's outbox rows wait for its end (hooks_together). When one run raises, the
+    # batch rolls back with them unwritten; each claim then runs alone and its config is owed
+    # its answer exactly once (nothing kept from the batch, nothing held back after it).
+    from tests.webhook_checks import open_task
+
+    hook = {"url": "http://127.0.0.1:9/hook"}
+    opened = [open_task(agent, f"m{i}", hook) for i in range(3)]
+    claims = dispatch_claim_due(worker="w1", limit=3)
+    canceled, _ = opened[1]
+    services.task_cancel(task_id=canceled.pk)
+
+    runner._run_together(claims, "w1")
+
+    for task, (config,) in (opened[0], opened[2]):
+        rows = Delivery.objects.filter(config=config).order_by("id")
+        assert {d.task_id for d in rows} == {task.pk}
+        assert [(d.seq, d.kind) for d in rows] == [
+            (1, "snapshot"),
+            (2, "status"),
+            (3, "artifact"),
+            (4, "status"),
+        ]
+    (config,) = opened[1][1]
+    assert [(d.seq, d.kind) for d in Delivery.objects.filter(config=config).order_by("id")] == [
+        (1, "snapshot"),
+        (2, "status"),  # the cancel
+    ]
+    # A later write's hooks run at once: nothing is left holding them on this thread.
+    later, (config,) = open_task(agent, "later", hook)
+    services.task_transition(task_id=later.pk, to_state=S.WORKING)
+    assert [d.seq for d in Delivery.objects.filter(config=config).order_by("id")] == [1, 2]
+
+
 def test_a_run_that_fails_rolls_its_batch_back_and_each_runs_on_its_own(store, agent):
     tasks = [send(agent, f"m{i}") for i in range(3)]
     claims = dispatch_claim_due(worker="w1", limit=3)
