@@ -154,3 +154,65 @@ def test_a_caller_that_stops_waiting_leaves_the_others_their_answers():
     assert run(main()) == (True, 20)
     assert calls == [[1, 2]]
     assert errors == []
+
+
+def test_keys_asked_for_while_a_call_runs_wait_for_it_and_then_go_together():
+    started = threading.Event()
+    release = threading.Event()
+    calls: list[list[int]] = []
+
+    def slow(keys: list[int]) -> list[int]:
+        calls.append(list(keys))
+        started.set()
+        release.wait(5)
+        return [k * 10 for k in keys]
+
+    coalesced = Coalesced(slow)
+
+    async def main():
+        first = asyncio.ensure_future(coalesced(1))
+        await asyncio.to_thread(started.wait, 5)
+        later = []
+        for key in (2, 3, 4):  # each in a turn of its own, while the first call runs
+            later.append(asyncio.ensure_future(coalesced(key)))
+            await asyncio.sleep(0)
+        gone = asyncio.ensure_future(coalesced(5))
+        await asyncio.sleep(0)
+        gone.cancel()  # stopped waiting before its call began: left out of it
+        await asyncio.sleep(0.05)
+        assert calls == [[1]]  # nothing else started while the first ran
+        release.set()
+        return await first, await asyncio.gather(*later)
+
+    assert run(main()) == (10, [20, 30, 40])
+    assert calls == [[1], [2, 3, 4]]
+
+
+def test_in_flight_bounds_the_calls_running_at_once():
+    release = threading.Event()
+    lock = threading.Lock()
+    running = [0, 0]  # now, most seen
+    calls: list[list[int]] = []
+
+    def slow(keys: list[int]) -> list[int]:
+        with lock:
+            calls.append(list(keys))
+            running[0] += 1
+            running[1] = max(running)
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+        return [k * 10 for k in keys]
+
+    coalesced = Coalesced(slow, most=1, in_flight=2)
+
+    async def main():
+        pending = asyncio.gather(*(coalesced(k) for k in range(5)))
+        await asyncio.sleep(0.1)
+        started = len(calls)
+        release.set()
+        return started, await pending
+
+    assert run(main()) == (2, [0, 10, 20, 30, 40])
+    assert running[1] == 2
+    assert sorted(calls) == [[0], [1], [2], [3], [4]]
