@@ -87,10 +87,11 @@ class Coalesced(Generic[K, T]):
     statement serve them all, instead of one each (docs/decisions.md, "Issue 19, twelfth
     pass").
 
-    At most `in_flight` calls run at once (per event loop). Keys asked for while they run
-    wait for one to end and then go together, however many turns they arrived in: a call
-    alone is made at once, and under load the batches grow with it instead of the calls
-    (docs/decisions.md, "Issue 19, fourteenth pass").
+    With `in_flight`, at most that many calls run at once (per event loop): keys asked for
+    while they run wait for one to end and then go together, however many turns they
+    arrived in. A call alone is still made at once, and under load the batches grow instead
+    of the calls (docs/decisions.md, "Issue 19, fourteenth pass"). Without it, each turn's
+    call starts at once.
 
     `read_many` takes the keys and returns one result per key, in order; a result that is
     an exception is raised to its caller alone. If `read_many` raises for a batch of several
@@ -101,7 +102,11 @@ class Coalesced(Generic[K, T]):
     """
 
     def __init__(
-        self, read_many: Callable[[list[K]], list[T]], *, most: int = 64, in_flight: int = 1
+        self,
+        read_many: Callable[[list[K]], list[T]],
+        *,
+        most: int = 64,
+        in_flight: int | None = None,
     ) -> None:
         self._read_many = read_many
         self._most = most
@@ -124,7 +129,7 @@ class Coalesced(Generic[K, T]):
 
     def _flush_soon(self, loop: asyncio.AbstractEventLoop, queue: _Queue[K]) -> None:
         """At the end of this turn, unless a flush is due already or no call may start."""
-        if queue.waiting and not queue.flush_due and queue.running < self._in_flight:
+        if queue.waiting and not queue.flush_due and self._may_start(queue):
             queue.flush_due = True
             loop.call_soon(self._flush, loop, queue)
 
@@ -132,12 +137,15 @@ class Coalesced(Generic[K, T]):
         queue.flush_due = False
         # A caller that stopped waiting before its call began is left out of it.
         queue.waiting = [(key, future) for key, future in queue.waiting if not future.done()]
-        while queue.waiting and queue.running < self._in_flight:
+        while queue.waiting and self._may_start(queue):
             batch, queue.waiting = queue.waiting[: self._most], queue.waiting[self._most :]
             queue.running += 1
             task = loop.create_task(self._read(batch))
             self._running.add(task)
             task.add_done_callback(functools.partial(self._ended, loop, queue))
+
+    def _may_start(self, queue: _Queue[K]) -> bool:
+        return self._in_flight is None or queue.running < self._in_flight
 
     def _ended(self, loop: asyncio.AbstractEventLoop, queue: _Queue[K], task: asyncio.Task):
         self._running.discard(task)
