@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import os
 import threading
 import weakref
@@ -71,27 +69,12 @@ async def run_orm(fn: Callable[[], T]) -> T:
     return await loop.run_in_executor(_get_executor(), _call, fn)
 
 
-@dataclasses.dataclass
-class _Queue(Generic[K]):
-    """A Coalesced's state in one event loop."""
-
-    waiting: list[tuple[K, asyncio.Future]] = dataclasses.field(default_factory=list)
-    flush_due: bool = False
-    running: int = 0
-
-
 class Coalesced(Generic[K, T]):
     """One read for many callers: `await coalesced(key)` returns `read_many([...])`'s result
     for `key`, where the list holds every key asked for in the same turn of the event loop
     (at most `most`; more make several calls). One ORM call, one thread hop and one
     statement serve them all, instead of one each (docs/decisions.md, "Issue 19, twelfth
     pass").
-
-    With `in_flight`, at most that many calls run at once (per event loop): keys asked for
-    while they run wait for one to end and then go together, however many turns they
-    arrived in. A call alone is still made at once, and under load the batches grow instead
-    of the calls (docs/decisions.md, "Issue 19, fourteenth pass"). Without it, each turn's
-    call starts at once.
 
     `read_many` takes the keys and returns one result per key, in order; a result that is
     an exception is raised to its caller alone. If `read_many` raises for a batch of several
@@ -101,56 +84,30 @@ class Coalesced(Generic[K, T]):
     client gone) leaves the others' reads as they are.
     """
 
-    def __init__(
-        self,
-        read_many: Callable[[list[K]], list[T]],
-        *,
-        most: int = 64,
-        in_flight: int | None = None,
-    ) -> None:
+    def __init__(self, read_many: Callable[[list[K]], list[T]], *, most: int = 64) -> None:
         self._read_many = read_many
         self._most = most
-        self._in_flight = in_flight
-        # Per event loop (tests run many): the keys waiting, the calls running.
-        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue[K]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Per event loop (tests run many): the keys waiting for this turn's call.
+        self._waiting: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, list[tuple[K, asyncio.Future]]
+        ] = weakref.WeakKeyDictionary()
         self._running: set[asyncio.Task] = set()  # held: the loop keeps only weak references
 
     async def __call__(self, key: K) -> T:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        queue = self._queues.get(loop)
-        if queue is None:
-            queue = self._queues[loop] = _Queue()
-        queue.waiting.append((key, future))
-        self._flush_soon(loop, queue)
+        waiting = self._waiting.setdefault(loop, [])
+        waiting.append((key, future))
+        if len(waiting) == 1:
+            loop.call_soon(self._flush, loop)
         return await future
 
-    def _flush_soon(self, loop: asyncio.AbstractEventLoop, queue: _Queue[K]) -> None:
-        """At the end of this turn, unless a flush is due already or no call may start."""
-        if queue.waiting and not queue.flush_due and self._may_start(queue):
-            queue.flush_due = True
-            loop.call_soon(self._flush, loop, queue)
-
-    def _flush(self, loop: asyncio.AbstractEventLoop, queue: _Queue[K]) -> None:
-        queue.flush_due = False
-        # A caller that stopped waiting before its call began is left out of it.
-        queue.waiting = [(key, future) for key, future in queue.waiting if not future.done()]
-        while queue.waiting and self._may_start(queue):
-            batch, queue.waiting = queue.waiting[: self._most], queue.waiting[self._most :]
-            queue.running += 1
-            task = loop.create_task(self._read(batch))
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiting = self._waiting.pop(loop, [])
+        for start in range(0, len(waiting), self._most):
+            task = loop.create_task(self._read(waiting[start : start + self._most]))
             self._running.add(task)
-            task.add_done_callback(functools.partial(self._ended, loop, queue))
-
-    def _may_start(self, queue: _Queue[K]) -> bool:
-        return self._in_flight is None or queue.running < self._in_flight
-
-    def _ended(self, loop: asyncio.AbstractEventLoop, queue: _Queue[K], task: asyncio.Task):
-        self._running.discard(task)
-        queue.running -= 1
-        self._flush_soon(loop, queue)
+            task.add_done_callback(self._running.discard)
 
     async def _read(self, batch: list[tuple[K, asyncio.Future]]) -> None:
         keys = [key for key, _ in batch]

@@ -311,10 +311,9 @@ def _open_new(sends: list[services.NewSend]) -> list[services.SendResult | Excep
     )
 
 
-# The sends that open a task alone, of one turn or of the turns while the previous write ran:
-# one statement and one commit for all of them (services.task_send_new; docs/decisions.md,
-# "Issue 19, thirteenth and fourteenth passes").
-_new_tasks = Coalesced(_open_new, in_flight=1)
+# The sends of one turn that open a task alone: one statement and one commit for all of them
+# (services.task_send_new; docs/decisions.md, "Issue 19, thirteenth pass").
+_new_tasks = Coalesced(_open_new)
 
 
 def card_version_served(agent_pk: int, version_id: int) -> None:

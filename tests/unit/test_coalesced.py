@@ -126,23 +126,17 @@ def test_a_read_answering_the_wrong_number_of_results_raises_instead_of_hanging(
         run(never(1))
 
 
-class Held:
-    """A read_many that answers key * 10 once released, recording each call's keys."""
+def test_a_caller_that_stops_waiting_leaves_the_others_their_answers():
+    started = threading.Event()
+    release = threading.Event()
+    calls: list[list[int]] = []
 
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-        self.calls: list[list[int]] = []
-
-    def __call__(self, keys: list[int]) -> list[int]:
-        self.calls.append(list(keys))
-        self.started.set()
-        self.release.wait(5)
+    def slow(keys: list[int]) -> list[int]:
+        calls.append(list(keys))
+        started.set()
+        release.wait(5)
         return [k * 10 for k in keys]
 
-
-def test_a_caller_that_stops_waiting_leaves_the_others_their_answers():
-    slow = Held()
     coalesced = Coalesced(slow)
     errors: list[dict] = []
 
@@ -150,86 +144,13 @@ def test_a_caller_that_stops_waiting_leaves_the_others_their_answers():
         asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
         gone = asyncio.ensure_future(coalesced(1))
         stays = asyncio.ensure_future(coalesced(2))
-        await asyncio.to_thread(slow.started.wait, 5)
+        await asyncio.to_thread(started.wait, 5)
         gone.cancel()
-        slow.release.set()
+        release.set()
         answer = await stays
         await asyncio.sleep(0.05)  # the read's task settles both futures
         return gone.cancelled(), answer
 
     assert run(main()) == (True, 20)
-    assert slow.calls == [[1, 2]]
+    assert calls == [[1, 2]]
     assert errors == []
-
-
-def test_keys_asked_for_while_a_call_runs_wait_for_it_and_then_go_together():
-    slow = Held()
-    coalesced = Coalesced(slow, in_flight=1)
-
-    async def main():
-        first = asyncio.ensure_future(coalesced(1))
-        await asyncio.to_thread(slow.started.wait, 5)
-        later = []
-        for key in (2, 3, 4):  # each in a turn of its own, while the first call runs
-            later.append(asyncio.ensure_future(coalesced(key)))
-            await asyncio.sleep(0)
-        gone = asyncio.ensure_future(coalesced(5))
-        await asyncio.sleep(0)
-        gone.cancel()  # stopped waiting before its call began: left out of it
-        await asyncio.sleep(0.05)
-        assert slow.calls == [[1]]  # nothing else started while the first ran
-        slow.release.set()
-        return await first, await asyncio.gather(*later)
-
-    assert run(main()) == (10, [20, 30, 40])
-    assert slow.calls == [[1], [2, 3, 4]]
-
-
-def test_in_flight_bounds_the_calls_running_at_once():
-    release = threading.Event()
-    lock = threading.Lock()
-    running = [0, 0]  # now, most seen
-    calls: list[list[int]] = []
-
-    def slow(keys: list[int]) -> list[int]:
-        with lock:
-            calls.append(list(keys))
-            running[0] += 1
-            running[1] = max(running)
-        release.wait(5)
-        with lock:
-            running[0] -= 1
-        return [k * 10 for k in keys]
-
-    coalesced = Coalesced(slow, most=1, in_flight=2)
-
-    async def main():
-        pending = asyncio.gather(*(coalesced(k) for k in range(5)))
-        await asyncio.sleep(0.1)
-        started = len(calls)
-        release.set()
-        return started, await pending
-
-    assert run(main()) == (2, [0, 10, 20, 30, 40])
-    assert running[1] == 2
-    assert sorted(calls) == [[0], [1], [2], [3], [4]]
-
-
-def test_without_in_flight_a_later_turn_does_not_wait_for_a_slow_call():
-    # The reads' way: a long read (a task with a long history) holds no other reader.
-    slow = Held()
-    coalesced = Coalesced(slow)
-
-    async def main():
-        first = asyncio.ensure_future(coalesced(1))
-        await asyncio.to_thread(slow.started.wait, 5)
-        second = asyncio.ensure_future(coalesced(2))
-        for _ in range(100):  # its own call starts while the first is held
-            if len(slow.calls) == 2:
-                break
-            await asyncio.sleep(0.01)
-        calls = list(slow.calls)
-        slow.release.set()
-        return calls, await first, await second
-
-    assert run(main()) == ([[1], [2]], 10, 20)

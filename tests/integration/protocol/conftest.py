@@ -6,8 +6,7 @@ Live-server interop with the official SDK client lives in tests/interop/.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -16,8 +15,6 @@ from a2a_platform.asgi import application
 from agents import readiness
 from tasks.event_hub import get_hub
 from tests.readiness_helpers import mark_workers_live
-
-T = TypeVar("T")
 
 
 class Wire:
@@ -29,17 +26,7 @@ class Wire:
     def concurrently(self, requests: list[tuple[str, str, dict]]) -> list[httpx.Response]:
         """(method, path, httpx keyword arguments) each, made at once; answers in order."""
 
-        async def scenario(c: httpx.AsyncClient) -> list[httpx.Response]:
-            return await asyncio.gather(
-                *(c.request(method, path, **kw) for method, path, kw in requests)
-            )
-
-        return self.session(scenario)
-
-    def session(self, scenario: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
-        """`scenario(client)` run in a fresh event loop, the client bound to the app."""
-
-        async def go() -> T:
+        async def go() -> list[httpx.Response]:
             # Each call runs in a fresh event loop: give it the event hub a web process has
             # (started in the lifespan under uvicorn), and close it afterwards.
             hub = get_hub()
@@ -49,7 +36,9 @@ class Wire:
                 async with httpx.AsyncClient(
                     transport=transport, base_url="http://testserver"
                 ) as c:
-                    return await scenario(c)
+                    return await asyncio.gather(
+                        *(c.request(method, path, **kw) for method, path, kw in requests)
+                    )
             finally:
                 await hub.stop()
 

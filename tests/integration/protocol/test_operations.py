@@ -4,7 +4,6 @@ listing, tenancy, card caching and v0.3 shapes. Tasks are moved by the lifecycle
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
@@ -341,46 +340,6 @@ def test_new_tasks_sent_at_once_are_written_together_each_answered_as_asked(
     # Every send went through the batch write, in fewer calls than sends.
     assert sum(len(call.kwargs["sends"]) for call in writes) == 7
     assert len(writes) < 7
-
-
-def test_sends_that_arrive_while_a_write_runs_wait_for_it_and_are_written_together(
-    wire, agent, monkeypatch
-):
-    # One write of new tasks at a time per process (protocol/common._new_tasks): the sends
-    # that arrive while it runs, each in a turn of its own, are the next write, all of them.
-    held, release = threading.Event(), threading.Event()
-    writes: list[list[str]] = []
-    real = services.task_send_new
-
-    def holding(**kwargs):
-        writes.append([s.message.parts[0].text for s in kwargs["sends"]])
-        if len(writes) == 1:
-            held.set()
-            release.wait(10)
-        return real(**kwargs)
-
-    monkeypatch.setattr(services, "task_send_new", holding)
-
-    def body(text):
-        params = {"message": user_message(text), "configuration": {"returnImmediately": True}}
-        return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
-
-    async def scenario(client):
-        first = asyncio.ensure_future(client.post("/", json=body("first")))
-        assert await asyncio.to_thread(held.wait, 10)
-        later = []
-        for text in ("second", "third", "fourth"):
-            later.append(asyncio.ensure_future(client.post("/", json=body(text))))
-            await asyncio.sleep(0.05)  # each reaches the write in a turn of its own
-        assert writes == [["first"]]  # none started while the first was held
-        release.set()
-        return [r.json() for r in await asyncio.gather(first, *later)]
-
-    answers = wire.session(scenario)
-    assert writes == [["first"], ["second", "third", "fourth"]]
-    texts = [a["result"]["task"]["history"][0]["parts"][0]["text"] for a in answers]
-    assert texts == ["first", "second", "third", "fourth"]
-    assert Task.objects.count() == 4
 
 
 def test_list_tasks_newest_first_paginated_and_scoped(wire, agent, key):
