@@ -134,6 +134,36 @@ def test_nul_bytes_are_refused_before_the_store(wire, default_agent):
     assert _counts() == before
 
 
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"messageId": "\ud800"}, "message.messageId"),
+        ({"parts": [{"text": "a\ud800"}]}, "message.parts"),
+        ({"contextId": "\udfff"}, "message.contextId"),
+        ({"metadata": {"\ud800": 1}}, "message.metadata"),
+        ({"metadata": {"k": "\ud800"}}, "message.metadata"),
+    ],
+)
+def test_unpaired_surrogates_are_refused_alone_in_a_batch_and_change_nothing(
+    wire, default_agent, overrides, field
+):
+    # JSON may escape half a UTF-16 pair; no text column can keep it. Sent at once with a
+    # good send (the sends of one turn are written together), it is refused alone.
+    def post(params):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+        raw = json.dumps(body).encode()  # the surrogate stays an ASCII escape on the wire
+        return ("POST", "/", {"content": raw, "headers": {"content-type": "application/json"}})
+
+    bad, good = wire.concurrently([post(_send_params(**overrides)), post(_send_params())])
+    error = _rpc_error(bad.json())
+    assert error["code"] == -32602, error
+    violations = [d for d in error["data"] if "fieldViolations" in d]
+    assert violations[0]["fieldViolations"][0]["field"].startswith(field)
+    task = good.json()["result"]["task"]
+    assert list(Task.objects.values_list("pk", flat=True)) == [uuid.UUID(task["id"])]
+    assert Message.objects.count() == 1
+
+
 def test_deep_nesting_is_refused(wire, default_agent):
     deep = '{"a":' * 5000 + '"x"' + "}" * 5000
     msg = json.dumps(user_message())[:-1] + ', "metadata": ' + deep + "}"
