@@ -41,6 +41,8 @@ _BOOL_QUERY = {"includeArtifacts"}
 
 def _query_params(request: Request) -> dict[str, Any]:
     params: dict[str, Any] = {}
+    if not request.scope["query_string"]:  # most requests: no parse, no QueryParams
+        return params
     for key, value in request.query_params.multi_items():
         if key == "A2A-Version":
             continue
