@@ -28,6 +28,11 @@ def task(agent) -> Task:
     services.task_add_artifact(
         task_id=task.pk, artifact={"artifactId": "a", "parts": [{"text": "x"}]}, last_chunk=True
     )
+    # JSON the store reads back as text: an integer no double holds, floats, text to escape.
+    metadata = {"big": 2**70 + 1, "f": [0.1, -0.0, 1e300], "text": "ü\u2028\"\\\x01"}
+    Message.objects.create(
+        task=task, message_id="m2", role="ROLE_AGENT", parts=[{"data": metadata}], metadata=metadata
+    )
     return task
 
 
@@ -45,7 +50,7 @@ def fields(obj) -> dict:
 def test_a_snapshots_rows_are_what_the_orm_loads_and_save_as_updates(task):
     read, history, artifacts = snapshot(task)
     rows = [read, *history, *artifacts]
-    assert [type(row) for row in rows] == [Task, Message, Artifact]
+    assert [type(row) for row in rows] == [Task, Message, Message, Artifact]
     for row in rows:
         loaded = type(row).objects.get(pk=row.pk)
         assert fields(row) == fields(loaded)
