@@ -29,7 +29,7 @@ def task(agent) -> Task:
         task_id=task.pk, artifact={"artifactId": "a", "parts": [{"text": "x"}]}, last_chunk=True
     )
     # JSON the store reads back as text: an integer no double holds, floats, text to escape.
-    metadata = {"big": 2**70 + 1, "f": [0.1, -0.0, 1e300], "text": "ü\u2028\"\\\x01"}
+    metadata = {"big": 2**70 + 1, "f": [0.1, -0.0, 1e300], "text": 'ü\u2028"\\\x01'}
     Message.objects.create(
         task=task, message_id="m2", role="ROLE_AGENT", parts=[{"data": metadata}], metadata=metadata
     )
