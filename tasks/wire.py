@@ -40,8 +40,11 @@ def parse_dict(data: dict, proto_cls: type[ProtoMessage]) -> ProtoMessage:
     Flat requests (GetTask's id and historyLength) are built directly when they can be.
     """
     built = _built_directly(data, proto_cls)
-    if built is not None:
-        return built
+    return built if built is not None else _parsed_by_protobuf(data, proto_cls)
+
+
+def _parsed_by_protobuf(data: dict, proto_cls: type[ProtoMessage]) -> ProtoMessage:
+    """`parse_dict` by protobuf's JSON parser alone (strict, then unknown fields ignored)."""
     try:
         return json_format.ParseDict(data, proto_cls())
     except json_format.ParseError as exc:
