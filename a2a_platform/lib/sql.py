@@ -87,7 +87,7 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
 def _loaded(model: type[M], alias: str, attnames: list[str], values: list) -> M:
     """`model.from_db` for a row of every concrete field, without `Model.__init__`: the
     instance Django would load (its fields' values, `_state` of a row read from `alias`),
-    in a quarter of the time (1.5 against 5.8 µs for a task; docs/decisions.md, "fifteenth
+    in a fifth of the time (1.1 against 5.8 µs for a task row; docs/decisions.md, "fifteenth
     pass"). Once any `pre_init`/`post_init` receiver is connected (none is today), every row
     goes through `from_db`, so receivers run as they would."""
     if signals.pre_init.receivers or signals.post_init.receivers:
