@@ -267,6 +267,36 @@ def test_list_tasks_invalid_filters(wire, default_agent, params, field):
     assert error["data"][1]["fieldViolations"][0]["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"id": 5}, "id"),
+        ({"id": ["t"]}, "id"),
+        ({"id": "\ud800"}, "id"),  # text no column can keep
+        ({"id": "t", "historyLength": True}, "historyLength"),
+        ({"id": "t", "historyLength": 2**31}, "historyLength"),
+        ({"id": "t", "historyLength": "many"}, "historyLength"),
+    ],
+)
+def test_get_task_params_of_the_wrong_type_are_invalid_params(wire, default_agent, params, field):
+    # Flat requests are built without protobuf's JSON parser (tasks/wire.parse_dict); what
+    # the direct build cannot take still reaches the client as the parser words it.
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": params}
+    raw = json.dumps(body).encode()  # a surrogate stays an ASCII escape on the wire
+    resp = wire.request("POST", "/", content=raw, headers={"content-type": "application/json"})
+    error = _rpc_error(resp.json())
+    assert error["code"] == -32602
+    assert error["data"][1]["fieldViolations"][0]["field"] == field
+
+
+def test_get_task_with_whole_number_params_reads_the_task(wire, default_agent):
+    task = services.task_create(agent=default_agent, owner="anonymous", message=user_message())
+    for history, seen in ((0, None), (1.0, 1), ("1", 1)):  # ProtoJSON takes all three
+        answer = wire.rpc("GetTask", {"id": str(task.id), "historyLength": history})
+        assert answer["result"]["id"] == str(task.id), answer
+        assert len(answer["result"].get("history", [])) == (seen or 0)
+
+
 def test_rest_query_types_are_checked(wire, default_agent):
     for query in ["pageSize=abc", "includeArtifacts=maybe", "historyLength=1.5"]:
         resp = wire.request("GET", f"/tasks?contextId=c&{query}")
