@@ -177,6 +177,9 @@ def measure(
     wrk(url, warm, cpu=cpu, **{**kw, "A2A_RUN": f"w{time.time_ns()}"} if "script" in kw else kw)
     if "script" in kw:
         kw = {**kw, "A2A_RUN": f"r{time.time_ns()}"}
+    db = getattr(args, "pg_db", None) if roles and "postgres" in roles else None
+    if db:
+        reset_statements(db)
     before = cpu_by_role(roles or {})
     with profiling(name, args, roles or {}):
         r = wrk(url, args, cpu=cpu, **kw)
@@ -195,7 +198,37 @@ def measure(
         parts = ", ".join(f"{role} {ms:.2f}" for role, ms in per.items())
         print(f"    server CPU per request: {total:.2f} ms ({parts})", flush=True)
         r["cpu_ms"] = per
+    if db and r["requests"]:
+        statements_per_request(db, r["requests"])
     return r
+
+
+def reset_statements(db: str) -> None:
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
+
+
+def statements_per_request(db: str, requests: int, limit: int = 6) -> None:
+    """With --pg-stats, after each platform figure: the statements that took PostgreSQL the
+    most time in that run alone, as calls and milliseconds per request, and its transactions
+    per request."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
+            " FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat%%'"
+            " ORDER BY total_exec_time DESC LIMIT %s",
+            [limit],
+        ).fetchall()
+        (commits,) = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    print(f"    PostgreSQL per request: {commits / requests:.2f} transactions; statements:")
+    for calls, total, query in rows:
+        print(f"      {calls / requests:>6.2f} calls {total / requests:>6.3f} ms  {query}")
 
 
 @contextlib.contextmanager
@@ -299,6 +332,8 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
     results: dict[str, float] = {}
     with own_postgres(server_cpu, statements=args.pg_stats) as (pg, postmaster):
         db = f"{pg}/a2a_bench"
+        if args.pg_stats:
+            args.pg_db = db
         import psycopg
 
         with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:

@@ -31,9 +31,16 @@ from typing import Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 
-from a2a_platform.lib.sql import columns, from_json_rows, from_row, run_prepared
+from a2a_platform.lib.sql import (
+    columns,
+    from_json_rows,
+    from_row,
+    insert_json_rows,
+    json_rows,
+    run_prepared,
+)
 from agents.models import Agent
 from tasks.models import (
     ACTIVE_DISPATCH_STATES,
@@ -352,32 +359,6 @@ def _artifacts_sql() -> str:
     )
 
 
-@functools.cache
-def _insert_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
-    """The columns an INSERT names: all concrete fields but a database-generated key."""
-    return tuple(f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField))
-
-
-def _insert(alias: str, model: type[models.Model], when: str | None = None) -> str:
-    """An INSERT of one row of `model`, its values named `<alias>_<attname>` (`_values`);
-    with `when`, only if that condition holds."""
-    fields = _insert_fields(model)
-    values = ", ".join(f"%({alias}_{f.attname})s" for f in fields)
-    row = f"VALUES ({values})" if when is None else f"SELECT {values} WHERE {when}"
-    return f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) {row}"
-
-
-def _values(alias: str, obj: models.Model) -> dict[str, object]:
-    """A row's values as its fields would save them (`pre_save` fills auto_now stamps)."""
-    # This thread's connection itself: through the `connection` proxy, each field's
-    # preparation would look it up again (several lookups per field, ~40 fields per send).
-    conn = connections[DEFAULT_DB_ALIAS]
-    return {
-        f"{alias}_{f.attname}": f.get_db_prep_save(f.pre_save(obj, True), conn)
-        for f in _insert_fields(type(obj))
-    }
-
-
 # A new task's rows; the foreign keys to the task are deferred constraints, so their order
 # in the statement is free.
 _NEW_TASK_ROWS = (
@@ -388,57 +369,26 @@ _NEW_TASK_ROWS = (
 )
 
 
-def _insert_many(
-    alias: str, model: type[models.Model], when: str | None = None, order: str | None = None
-) -> str:
-    """An INSERT of any number of rows of `model`, each column's values one array parameter
-    named `<alias>_<attname>` (`_values_many`), so that the statement's text is the same for
-    one row or many (one prepared statement); the rows are `v`: `when` filters them, `order`
-    orders them."""
-    fields = _insert_fields(model)
-    conn = connections[DEFAULT_DB_ALIAS]
-    cols = ", ".join(f.column for f in fields)
-    # Binary parameters (`%(…)b`): psycopg writes a binary array about three times faster
-    # than the text form's quoted literal (docs/decisions.md, "Issue 19, thirteenth pass").
-    arrays = ", ".join(f"%({alias}_{f.attname})b::{f.db_type(conn)}[]" for f in fields)
-    table = model._meta.db_table
-    sql = f"INSERT INTO {table} ({cols}) SELECT {cols} FROM unnest({arrays}) v({cols})"
-    if when is not None:
-        sql += f" WHERE {when}"
-    if order is not None:
-        sql += f" ORDER BY {order}"
-    return sql
-
-
-def _values_many(alias: str, model: type[models.Model], objs: list) -> dict[str, list]:
-    """`_values` of many rows of one model, a list per column (`_insert_many`)."""
-    conn = connections[DEFAULT_DB_ALIAS]  # as in _values
-    return {
-        f"{alias}_{f.attname}": [f.get_db_prep_save(f.pre_save(obj, True), conn) for obj in objs]
-        for f in _insert_fields(model)
-    }
-
-
 @functools.cache
 def _open_tasks_sql() -> str:
     """New tasks' rows, each task's only if it needs no receipt or its receipt was claimed
     here (in the receipts' key order, so two calls claiming the same keys wait for each other
     in one order and cannot deadlock); a row per task written: its id, then the receipt's,
-    message's, event's and dispatch's ids."""
-    receipt = _insert_many("receipt", MessageReceipt, order="agent_id, owner, message_id")
-    task = _insert_many(
-        "task",
-        Task,
-        when="NOT v.id = ANY(%(receipt_task_id)b::uuid[]) OR v.id IN (SELECT task_id FROM receipt)",
-    )
+    message's, event's and dispatch's ids. Each model's rows are one JSON parameter named
+    after its alias (`lib/sql.json_rows`), so the statement's text is the same for one task
+    or many (one prepared statement)."""
+    receipt = insert_json_rows(MessageReceipt, "receipt")
+    task = insert_json_rows(Task, "task")
     ctes = [
-        "receipt AS ("
-        f"{receipt} ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id, task_id)",
-        f"task AS ({task} RETURNING id)",
+        f"receipt AS ({receipt} ORDER BY agent_id, owner, message_id "
+        "ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id, task_id)",
+        f"task AS ({task} WHERE NOT EXISTS (SELECT FROM jsonb_populate_recordset("
+        f"NULL::{MessageReceipt._meta.db_table}, %(receipt)s) r WHERE r.task_id = v.id) "
+        "OR v.id IN (SELECT task_id FROM receipt) RETURNING id)",
     ]
     ctes += [
-        f"{alias} AS ({_insert_many(alias, model, 'v.task_id IN (SELECT id FROM task)')} "
-        "RETURNING id, task_id)"
+        f"{alias} AS ({insert_json_rows(model, alias)} "
+        "WHERE v.task_id IN (SELECT id FROM task) RETURNING id, task_id)"
         for alias, model in _NEW_TASK_ROWS[1:]
     ]
     joins = " ".join(
@@ -453,7 +403,7 @@ def _open_tasks_sql() -> str:
 @functools.cache
 def _claim_receipt_sql() -> str:
     return (
-        f"{_insert('receipt', MessageReceipt)} "
+        f"{insert_json_rows(MessageReceipt, 'receipt')} "
         "ON CONFLICT (agent_id, owner, message_id) DO NOTHING RETURNING id"
     )
 
@@ -466,18 +416,20 @@ def _saved(obj: models.Model, pk: object) -> None:
 
 def _save_artifact_sql(when: str) -> str:
     """Insert, or replace in place (the row keeps its id and created_at), if `when` holds."""
-    kept = {"task_id", "artifact_id", "created_at"}
-    replaced = [f.column for f in _insert_fields(Artifact) if f.attname not in kept]
+    kept = {"id", "task_id", "artifact_id", "created_at"}
+    replaced = [f.column for f in Artifact._meta.concrete_fields if f.attname not in kept]
     return (
-        f"{_insert('artifact', Artifact, when)} ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
+        f"{insert_json_rows(Artifact, 'artifact')} WHERE {when} "
+        "ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
         f"{', '.join(f'{c} = EXCLUDED.{c}' for c in replaced)} RETURNING id, created_at"
     )
 
 
 @functools.cache
-def _append_events_sql(notify: bool, count: int, close: bool, artifact: bool) -> str:
+def _append_events_sql(notify: bool, close: bool, artifact: bool) -> str:
     """The task row's lifecycle fields, if its last_seq is still %(expected_seq)s, and only
-    then (each other write conditional on the task's): `count` event rows, with `close` the
+    then (each other write conditional on the task's): the event rows (%(events)s, in
+    their order), with `close` the
     task's active dispatches DONE (stamped as the task row), with `artifact` the artifact
     saved (its id and created_at on every row returned), and (queued until COMMIT, dropped on
     rollback, as NOTIFY is; one per transaction and task, however many rows ask) the event
@@ -497,18 +449,12 @@ def _append_events_sql(notify: bool, count: int, close: bool, artifact: bool) ->
     if artifact:
         saved = f"saved AS ({_save_artifact_sql(written)}), "
         saved_cols = ", (SELECT id FROM saved), (SELECT created_at FROM saved)"
-    # One INSERT … SELECT … WHERE per event: a multi-row VALUES cannot be made conditional
-    # without a subquery, where PostgreSQL would type the untyped parameters as text.
-    inserts = ", ".join(
-        f"event{i} AS ({_insert(f'event{i}', TaskEvent, written)} RETURNING id, seq)"
-        for i in range(count)
-    )
-    rows = " UNION ALL ".join(f"SELECT id, seq FROM event{i}" for i in range(count))
+    events = f"{insert_json_rows(TaskEvent, 'events')} WHERE {written} RETURNING id, seq"
     return (
         f"WITH task AS (UPDATE tasks_task SET {sets} "
         "WHERE id = %(task_pk)s AND last_seq = %(expected_seq)s RETURNING id), "
-        f"{closed}{saved}{inserts} "
-        f"SELECT id, seq{saved_cols}{wake} FROM ({rows}) event"
+        f"{closed}{saved}event AS ({events}) "
+        f"SELECT id, seq{saved_cols}{wake} FROM event"
     )
 
 
@@ -649,16 +595,16 @@ class PgTaskStore:
         self._notify = notify
 
     def claim_receipt(self, receipt: MessageReceipt) -> bool:
-        rows = run_prepared(_claim_receipt_sql(), _values("receipt", receipt))
+        rows = run_prepared(_claim_receipt_sql(), {"receipt": json_rows(MessageReceipt, [receipt])})
         if rows:
             _saved(receipt, rows[0][0])
         return bool(rows)
 
     def open_tasks(self, news: Sequence[NewTask]) -> list[bool]:
         receipts = [new.receipt for new in news if new.receipt is not None]
-        params = _values_many("receipt", MessageReceipt, receipts)
+        params = {"receipt": json_rows(MessageReceipt, receipts)}
         for alias, model in _NEW_TASK_ROWS:
-            params |= _values_many(alias, model, [getattr(new, alias) for new in news])
+            params[alias] = json_rows(model, [getattr(new, alias) for new in news])
         written = {row[0]: row[1:] for row in run_prepared(_open_tasks_sql(), params)}
         opened = []
         for new in news:
@@ -731,11 +677,13 @@ class PgTaskStore:
     def append_events(
         self, task: Task, events: list[TaskEvent], artifact: Artifact | None = None
     ) -> bool:
-        params: dict[str, object] = {"task_pk": task.pk, "expected_seq": events[0].seq - 1}
+        params: dict[str, object] = {
+            "task_pk": task.pk,
+            "expected_seq": events[0].seq - 1,
+            "events": json_rows(TaskEvent, events),
+        }
         if artifact is not None:
-            params |= _values("artifact", artifact)
-        for i, event in enumerate(events):
-            params |= _values(f"event{i}", event)
+            params["artifact"] = json_rows(Artifact, [artifact])
         for name in LIFECYCLE_FIELDS:  # as save(update_fields=...) would write them
             field = Task._meta.get_field(name)
             params[f"task_{field.attname}"] = field.get_db_prep_save(
@@ -744,7 +692,7 @@ class PgTaskStore:
         close = task.task_state in TERMINAL_STATES
         if close:
             params |= _DISPATCH_STATES
-        statement = _append_events_sql(self._notify, len(events), close, artifact is not None)
+        statement = _append_events_sql(self._notify, close, artifact is not None)
         rows = run_prepared(statement, params)
         if not rows:
             return False
