@@ -36,6 +36,11 @@ run, counting only samples that hold the GIL (Python running, not waiting); it w
 collapsed stacks to DIR/<figure>-<role>.txt (flamegraph.pl and speedscope read them) and
 prints each role's functions with the largest share of samples. Sampling costs CPU: read a
 profiled run for where the time goes, not for throughput.
+
+`--pg-stats`: pg_stat_statements in the bench's PostgreSQL. After each platform figure, the
+statements that took PostgreSQL the most time in that figure's run alone, per request (calls
+and milliseconds), and its transactions per request; at the end, the top statements of the
+executor load and its drain.
 """
 
 from __future__ import annotations
@@ -210,22 +215,31 @@ def reset_statements(db: str) -> None:
         conn.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
 
 
-def statements_per_request(db: str, requests: int, limit: int = 6) -> None:
-    """With --pg-stats, after each platform figure: the statements that took PostgreSQL the
-    most time in that run alone, as calls and milliseconds per request, and its transactions
-    per request."""
+def pg_account(db: str, limit: int, width: int) -> tuple[list[tuple], tuple]:
+    """Since the last reset: the statements that took PostgreSQL the most time (calls, total
+    ms, the text's first `width` characters), and the database's sessions opened,
+    transactions committed and rolled back."""
     import psycopg
 
     with psycopg.connect(db, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
+            "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), %s)"
             " FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat%%'"
             " ORDER BY total_exec_time DESC LIMIT %s",
-            [limit],
+            [width, limit],
         ).fetchall()
-        (commits,) = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        totals = conn.execute(
+            "SELECT sessions, xact_commit, xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
         ).fetchone()
+    return rows, totals
+
+
+def statements_per_request(db: str, requests: int, limit: int = 6) -> None:
+    """With --pg-stats, after each platform figure: the statements that took PostgreSQL the
+    most time in that run alone, as calls and milliseconds per request, and its transactions
+    per request."""
+    rows, (_, commits, _) = pg_account(db, limit, 70)
     print(f"    PostgreSQL per request: {commits / requests:.2f} transactions; statements:")
     for calls, total, query in rows:
         print(f"      {calls / requests:>6.2f} calls {total / requests:>6.3f} ms  {query}")
@@ -392,22 +406,10 @@ def manage_as(env: dict[str, str], cpu: int | None, *args: str) -> str:
 
 def top_statements(db: str, limit: int = 15) -> None:
     """PostgreSQL's own account of the platform run: the statements that took the most time."""
-    import psycopg
-
-    print("  top statements (calls, total ms, mean ms):")
-    with psycopg.connect(db, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT calls, total_exec_time, mean_exec_time,"
-            " left(regexp_replace(query, '\\s+', ' ', 'g'), 100)"
-            " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s",
-            [limit],
-        ).fetchall()
-        sessions, commits, rollbacks = conn.execute(
-            "SELECT sessions, xact_commit, xact_rollback FROM pg_stat_database"
-            " WHERE datname = current_database()"
-        ).fetchone()
-    for calls, total, mean, query in rows:
-        print(f"    {calls:>8} {total:>9.1f} {mean:>7.3f}  {query}")
+    rows, (sessions, commits, rollbacks) = pg_account(db, limit, 100)
+    print("  top statements of the executor load and its drain (calls, total ms, mean ms):")
+    for calls, total, query in rows:
+        print(f"    {calls:>8} {total:>9.1f} {total / calls:>7.3f}  {query}")
     print(
         f"  sessions opened {sessions}, transactions {commits} committed, {rollbacks} rolled back"
     )
@@ -549,7 +551,9 @@ def main() -> None:
     )
     parser.add_argument("--no-sdk", action="store_true", help="the platform only")
     parser.add_argument(
-        "--pg-stats", action="store_true", help="print pg_stat_statements' top statements"
+        "--pg-stats",
+        action="store_true",
+        help="pg_stat_statements' top statements, per request of each figure",
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy every server process (slower)")
     parser.add_argument(
