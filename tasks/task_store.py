@@ -428,12 +428,12 @@ def _save_artifact_sql(when: str) -> str:
 @functools.cache
 def _append_events_sql(notify: bool, close: bool, artifact: bool) -> str:
     """The task row's lifecycle fields, if its last_seq is still %(expected_seq)s, and only
-    then (each other write conditional on the task's): the event rows (%(events)s, in
-    their order), with `close` the
-    task's active dispatches DONE (stamped as the task row), with `artifact` the artifact
-    saved (its id and created_at on every row returned), and (queued until COMMIT, dropped on
-    rollback, as NOTIFY is; one per transaction and task, however many rows ask) the event
-    hub's wake-up, in one statement. No row returned: nothing was written."""
+    then (each other write conditional on the task's): the event rows (%(events)s, one
+    INSERT, in their order), with `close` the task's active dispatches DONE (stamped as the
+    task row), with `artifact` the artifact saved (its id and created_at on every row
+    returned), and (queued until COMMIT, dropped on rollback, as NOTIFY is; one per
+    transaction and task, however many rows ask) the event hub's wake-up, in one statement.
+    No row returned: nothing was written."""
     fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
     sets = ", ".join(f"{f.column} = %(task_{f.attname})s" for f in fields)
     wake = f", pg_notify('{CHANNEL}', %(task_pk)s::text)" if notify else ""
