@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-import orjson
 from django.db import connection, models
 from django.db.models import signals
 from django.db.models.base import ModelState
+
+from a2a_platform.lib.json_bytes import dumps
 
 M = TypeVar("M", bound=models.Model)
 
@@ -53,14 +54,13 @@ def json_rows(model: type[models.Model], objs: Iterable[models.Model]):
 
     Only for fields whose saved value is the attribute's own value as JSON (`_JSON_SAVED`,
     checked once per model): timestamps and UUIDs are written as ISO 8601 and hex text, which
-    PostgreSQL reads back exactly; a JSON field's value is embedded as JSON. orjson writes it;
-    what orjson refuses (an integer past 64 bits, a key that is not text) the standard library
-    writes, as `protocol/binding.dumps` does."""
+    PostgreSQL reads back exactly; a JSON field's value is embedded as JSON. Written by
+    `lib/json_bytes.dumps` (orjson, the standard library for an integer past 64 bits)."""
     from psycopg.types.json import Jsonb
 
     fields = _json_saved_fields(model)
     rows = [{f.column: f.pre_save(obj, True) for f in fields} for obj in objs]
-    return Jsonb(rows, dumps=_dumps_rows)
+    return Jsonb(rows, dumps=dumps)
 
 
 def insert_json_rows(model: type[models.Model], param: str) -> str:
@@ -99,19 +99,6 @@ def _json_saved_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
         if not plain:
             raise TypeError(f"{model.__name__}.{f.name}: its saved value is not its JSON")
     return fields
-
-
-def _dumps_rows(rows: list) -> bytes:
-    try:
-        return orjson.dumps(rows)
-    except orjson.JSONEncodeError:
-        return json.dumps(rows, default=_json_default, separators=(",", ":")).encode()
-
-
-def _json_default(value: object) -> str:
-    if isinstance(value, datetime | uuid.UUID):
-        return value.isoformat() if isinstance(value, datetime) else str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def columns(model: type[models.Model], alias: str) -> str:

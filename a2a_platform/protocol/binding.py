@@ -1,20 +1,19 @@
-"""What the two bindings (jsonrpc.py, http_json.py) share: JSON bytes, the caller's context
-built from a request, errors rendered as HTTP+JSON responses (also the router's and the
-discovery endpoints' refusals), the JSON-RPC response object (also each frame of a JSON-RPC
-stream), and opening a stream framed for either binding.
+"""What the two bindings (jsonrpc.py, http_json.py) share: the caller's context built from a
+request, errors rendered as HTTP+JSON responses (also the router's and the discovery
+endpoints' refusals), the JSON-RPC response object (also each frame of a JSON-RPC stream),
+and opening a stream framed for either binding. Their JSON bytes: lib/json_bytes.py.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-import orjson
 from django.conf import settings
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.protocol import sse, streams, v03
 from a2a_platform.protocol.context import V03, CacheMiss, Ctx, build_ctx, negotiate_version
@@ -29,16 +28,6 @@ logger = logging.getLogger(__name__)
 
 JSONRPC_MEDIA = "application/json"
 REST_MEDIA = "application/a2a+json"
-
-
-def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON: orjson's bytes, the standard library's for what orjson does not
-    write (integers past 64 bits, keys that are not text), so both give the same answer (a
-    rendered task: about 12 µs with the standard library, under 1 with orjson)."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def as_protocol_error(exc: Exception) -> ProtocolError:

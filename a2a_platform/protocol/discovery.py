@@ -16,10 +16,11 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol import common, operations, v03
-from a2a_platform.protocol.binding import dumps, request_ctx, rest_error
+from a2a_platform.protocol.binding import request_ctx, rest_error
 from a2a_platform.protocol.context import V1, Ctx
 from a2a_platform.protocol.errors import INTERNAL, ProtocolError
 from a2a_platform.protocol.routes import Route

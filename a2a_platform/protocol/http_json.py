@@ -14,11 +14,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.protocol import v03
 from a2a_platform.protocol.binding import (
     REST_MEDIA,
     as_protocol_error,
-    dumps,
     extensions_header,
     open_stream,
     request_ctx,

@@ -16,11 +16,11 @@ from django.conf import settings
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.protocol import sse, v03
 from a2a_platform.protocol.binding import (
     JSONRPC_MEDIA,
     as_protocol_error,
-    dumps,
     open_stream,
     request_ctx,
     requested_version,

@@ -1,14 +1,17 @@
-"""The protocol's JSON bytes (a2a_platform/protocol/binding.dumps): the JSON the standard
-library writes compactly in UTF-8, to the byte but for how a float is spelled (1e-7 for its
-1e-07, the same number)."""
+"""The JSON bytes the protocol answers with and the task store writes its rows in
+(a2a_platform/lib/json_bytes.dumps): the JSON the standard library writes compactly in UTF-8,
+to the byte but for how a float is spelled (1e-7 for its 1e-07, the same number); timestamps
+and UUIDs spelled alike whichever library writes them."""
 
 import json
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from a2a_platform.protocol.binding import dumps
+from a2a_platform.lib.json_bytes import dumps
 
 
 def standard(value) -> bytes:
@@ -53,3 +56,19 @@ def test_text_no_utf_8_can_carry_is_refused_as_the_standard_library_refuses_it()
         standard({"text": "\ud800"})
     with pytest.raises(UnicodeEncodeError):
         dumps({"text": "\ud800"})
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        datetime(2026, 12, 5, 1, 2, 3, 456789, tzinfo=UTC),
+        datetime(2026, 12, 5, 1, 2, 3, tzinfo=UTC),  # no microseconds: none written
+        datetime(1970, 1, 1, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+    ],
+)
+def test_timestamps_and_uuids_are_spelled_alike_by_either_library(stamp):
+    key = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    fast = json.loads(dumps({"t": stamp, "u": key}))  # orjson
+    fallback = json.loads(dumps({"t": stamp, "u": key, "big": 2**70}))  # the standard library
+    assert fast == {"t": stamp.isoformat(), "u": str(key)}
+    assert fallback == {**fast, "big": 2**70}
