@@ -260,6 +260,11 @@ LOGGING = {
             name: {"level": env.str("A2A_JOB_LOG_LEVEL", default="WARNING")}
             for name in ("celery.worker.strategy", "celery.app.trace", "celery.beat")
         },
+        # The platform's line per task and step (created, claimed, moved, answered): at
+        # hundreds of tasks a second, hundreds of lines a second and several percent of the
+        # worker's CPU (docs/decisions.md, "Issue 19, seventeenth pass"). The task's events
+        # are its durable record; INFO shows every step.
+        "tasks.lifecycle": {"level": env.str("A2A_TASK_LOG_LEVEL", default="WARNING")},
     },
 }
 # The task store and the outbox store (tasks/task_store.py, webhooks/outbox_store.py): "auto"

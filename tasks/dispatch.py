@@ -29,6 +29,8 @@ from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch
 from tasks.task_store import get_task_store
 
 logger = logging.getLogger(__name__)
+# A line per claim, on the logger of tasks/services.py's per-task lines (A2A_TASK_LOG_LEVEL).
+lifecycle_log = logging.getLogger("tasks.lifecycle")
 
 
 # Built-in executors whose run is short and never waits: a new dispatch of theirs rings the
@@ -117,7 +119,7 @@ def _claim(dispatch: ExecutorDispatch, worker: str) -> DispatchClaim:
     dispatch.claimed_by = worker[:255]
     dispatch.lease_expires_at = _lease_until()
     dispatch.save(update_fields=["state", "claims", "claimed_by", "lease_expires_at", "updated_at"])
-    logger.info(
+    lifecycle_log.info(
         "dispatch claimed",
         extra={"task_id": str(dispatch.task_id), "dispatch_id": dispatch.pk, "worker": worker},
     )
@@ -141,7 +143,7 @@ def dispatch_claim(*, dispatch_id: int, worker: str) -> DispatchClaim | None:
     row = get_task_store().claim_dispatch(dispatch_id, worker, now, lease_until)
     if row is None or not row.claimed:
         return None
-    logger.info(
+    lifecycle_log.info(
         "dispatch claimed",
         extra={"task_id": str(row.task_id), "dispatch_id": dispatch_id, "worker": worker},
     )
@@ -169,7 +171,7 @@ def dispatch_claim_due(*, worker: str, limit: int = 1) -> list[DispatchClaim]:
         if claimed or not rows:  # met only finished tasks' dispatches: look again
             break
     for row in claimed:
-        logger.info(
+        lifecycle_log.info(
             "dispatch claimed",
             extra={"task_id": str(row.task_id), "dispatch_id": row.dispatch_id, "worker": worker},
         )

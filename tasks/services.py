@@ -41,6 +41,10 @@ from tasks.states import TERMINAL_STATES, TaskState
 from tasks.task_store import NewTask, get_task_store
 
 logger = logging.getLogger(__name__)
+# One line per task and step (created, claimed, moved, answered) goes to this logger, at
+# WARNING unless A2A_TASK_LOG_LEVEL says otherwise (settings.LOGGING): the task's events are
+# its durable record.
+lifecycle_log = logging.getLogger("tasks.lifecycle")
 
 MessageInput = a2a_pb2.Message | dict[str, Any]
 
@@ -263,7 +267,7 @@ def task_create(
         task, _ = _open_task(
             agent=agent, owner=owner, msg=msg, context_id=context_id, metadata=metadata
         )
-    logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
+    lifecycle_log.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
     return task
 
 
@@ -283,7 +287,7 @@ def task_transition(
     with transaction.atomic():
         task = lock_task(task_id)
         _set_status(task, to_state, _agent_status_message(task, message))
-    logger.info(
+    lifecycle_log.info(
         "task transition",
         extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
     )
@@ -414,7 +418,7 @@ def task_answer(
         if task is None:
             task = lock_task(task_id)
             _write_locked(task, _answer_events(task, art, chunk, to_state, message))
-    logger.info(
+    lifecycle_log.info(
         "task answered",
         extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
     )
@@ -587,7 +591,7 @@ def task_send_new(*, sends: Sequence[NewSend]) -> list[SendResult | Exception]:
         logger.exception("announcing new dispatches failed")
     for new in created:
         extra = {"task_id": str(new.task.id), "agent": new.task.agent.slug}
-        logger.info("task created", extra=extra)
+        lifecycle_log.info("task created", extra=extra)
     return outcomes  # type: ignore[return-value]
 
 
@@ -669,7 +673,7 @@ def task_send(
         if within is not None:
             within(result)
     if created:
-        logger.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
+        lifecycle_log.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
     return result
 
 

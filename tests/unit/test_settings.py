@@ -126,20 +126,30 @@ JOB_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
 LEVELS = (
     "import django, logging; django.setup(); "
     "print(' '.join(logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) "
-    f"for n in {JOB_LOGGERS + ('tasks',)!r}))"
+    f"for n in {JOB_LOGGERS + ('tasks.lifecycle', 'tasks')!r}))"
 )
 
 
 @pytest.mark.parametrize("profile", ["development", "test", "production"])
 def test_job_log_lines_are_quiet_by_default_and_the_platform_logs_info(tmp_path, profile):
     """Celery's per-job lines (the heartbeat and sweeps print several every few seconds of
-    nothing happening) default to WARNING; the platform's own loggers stay at INFO."""
-    result = start(tmp_path, LEVELS, unset=("A2A_JOB_LOG_LEVEL", "LOG_LEVEL"), A2A_PROFILE=profile)
+    nothing happening) and the platform's per-task lines (several a task) default to
+    WARNING; the platform's other loggers stay at INFO."""
+    unset = ("A2A_JOB_LOG_LEVEL", "A2A_TASK_LOG_LEVEL", "LOG_LEVEL")
+    result = start(tmp_path, LEVELS, unset=unset, A2A_PROFILE=profile)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["WARNING"] * 3 + ["INFO"]
+    assert result.stdout.split() == ["WARNING"] * 4 + ["INFO"]
 
 
 def test_a2a_job_log_level_shows_every_job(tmp_path):
-    result = start(tmp_path, LEVELS, unset=("LOG_LEVEL",), A2A_JOB_LOG_LEVEL="INFO")
+    unset = ("LOG_LEVEL", "A2A_TASK_LOG_LEVEL")
+    result = start(tmp_path, LEVELS, unset=unset, A2A_JOB_LOG_LEVEL="INFO")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["INFO"] * 4
+    assert result.stdout.split() == ["INFO"] * 3 + ["WARNING", "INFO"]
+
+
+def test_a2a_task_log_level_shows_every_step_of_every_task(tmp_path):
+    unset = ("LOG_LEVEL", "A2A_JOB_LOG_LEVEL")
+    result = start(tmp_path, LEVELS, unset=unset, A2A_TASK_LOG_LEVEL="INFO")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["WARNING"] * 3 + ["INFO", "INFO"]

@@ -394,3 +394,19 @@ def test_a_run_that_fails_rolls_its_batch_back_and_each_runs_on_its_own(store, a
     assert (canceled.task_state, canceled.last_seq) == (S.CANCELED, 2)
     assert not canceled.artifacts.exists()
     assert canceled.dispatches.get().state == DispatchState.DONE
+
+
+def test_each_step_of_a_task_is_one_line_on_the_lifecycle_logger(agent, broker, caplog):
+    """Created, claimed, answered: one line each on `tasks.lifecycle` (A2A_TASK_LOG_LEVEL,
+    quiet by default), none of them on the modules' own loggers."""
+    caplog.set_level("INFO", logger="tasks")
+    caplog.set_level("INFO", logger="tasks.lifecycle")
+    task = send(agent)
+    assert run_due(worker="w") == 1
+    mine = [r for r in caplog.records if getattr(r, "task_id", None) == str(task.id)]
+    lines = [(r.name, r.getMessage()) for r in mine]
+    assert lines == [
+        ("tasks.lifecycle", "task created"),
+        ("tasks.lifecycle", "dispatch claimed"),
+        ("tasks.lifecycle", "task answered"),
+    ]
