@@ -23,6 +23,7 @@ from a2a.types import a2a_pb2
 from django.db import transaction
 from django.utils import timezone
 
+from a2a_platform.lib.sql import new_row
 from tasks import wire
 from tasks.dispatch import dispatch_announce_new, dispatch_open
 from tasks.errors import IllegalTransition, InvalidPayload, TaskNotFound, TaskTerminal
@@ -110,8 +111,13 @@ def _append_event(
     instead, for `_write_events` to write with the others of the same transaction in one
     statement."""
     task.last_seq += 1
-    event = TaskEvent(
-        task=task, seq=task.last_seq, kind=kind, payload=payload, created_at=timezone.now()
+    event = new_row(
+        TaskEvent,
+        task=task,
+        seq=task.last_seq,
+        kind=kind,
+        payload=payload,
+        created_at=timezone.now(),
     )
     if held is None:
         _write_locked(task, _Held([event], artifact))
@@ -143,7 +149,8 @@ def _write_locked(task: Task, held: _Held) -> None:
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
     data = wire.to_json(msg)
-    return Message(
+    return new_row(
+        Message,
         task=task,
         message_id=msg.message_id,
         role=a2a_pb2.Role.Name(msg.role),
@@ -216,7 +223,8 @@ def _new_task(
         raise InvalidPayload("message.contextId", "does not match the request's contextId")
     ctx = msg.context_id or context_id or str(uuid.uuid4())
     now = timezone.now()
-    task = Task(
+    task = new_row(
+        Task,
         id=task_pk or uuid.uuid4(),
         agent=agent,
         owner=owner,
@@ -227,14 +235,15 @@ def _new_task(
         last_seq=1,
         card_version_id=card_version_id,
     )
-    event = TaskEvent(
+    event = new_row(
+        TaskEvent,
         task=task,
         seq=1,
         kind=EventKind.STATUS,
         payload=wire.status_update_json(task),
         created_at=now,
     )
-    dispatch = ExecutorDispatch(task=task, not_before=now, progress={}, enqueues=1)
+    dispatch = new_row(ExecutorDispatch, task=task, not_before=now, progress={}, enqueues=1)
     return NewTask(task, _message_row(task, msg), event, dispatch, receipt)
 
 
@@ -359,7 +368,7 @@ def _add_artifact(
         existing.chunks += 1
         existing.complete = last_chunk
     else:
-        existing = existing or Artifact(task=task, artifact_id=art.artifact_id)
+        existing = existing or new_row(Artifact, task=task, artifact_id=art.artifact_id)
         existing.name = art.name
         existing.description = art.description
         existing.parts = chunk["parts"]
@@ -551,7 +560,8 @@ def task_send_new(*, sends: Sequence[NewSend]) -> list[SendResult | Exception]:
             task_pk = send.task_pk or uuid.uuid4()
             receipt = None
             if send.request_hash:
-                receipt = MessageReceipt(
+                receipt = new_row(
+                    MessageReceipt,
                     agent=send.agent,
                     owner=send.owner,
                     message_id=msg.message_id,
@@ -641,7 +651,8 @@ def task_send(
             task_pk = new_task_id or uuid.uuid4()
         receipt = None
         if request_hash:
-            receipt = MessageReceipt(
+            receipt = new_row(
+                MessageReceipt,
                 agent=agent,
                 owner=owner,
                 message_id=msg.message_id,
