@@ -207,16 +207,15 @@ def _db_vendor() -> str:
 
 
 def _pg_conninfo() -> dict:
-    s = connections["default"].settings_dict
-    info = {"dbname": s["NAME"], "user": s.get("USER") or None, "host": s.get("HOST") or None}
-    if s.get("PORT"):
-        info["port"] = s["PORT"]
-    if s.get("PASSWORD"):
-        info["password"] = s["PASSWORD"]
-    # Attributable in pg_stat_activity like the process's pooled connections.
-    if (s.get("OPTIONS") or {}).get("application_name"):
-        info["application_name"] = s["OPTIONS"]["application_name"]
-    return {k: v for k, v in info.items() if v is not None}
+    """The LISTEN connection's parameters: the ones Django's own connections use (NAME, USER,
+    PASSWORD, HOST, PORT and every libpq option of OPTIONS: a socket directory, sslmode and
+    its certificates, a service, application_name), without the three that only a
+    synchronous psycopg connection takes (Django's cursor class, its adapters and its
+    prepare threshold)."""
+    params = connections["default"].get_connection_params()
+    for sync_only in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(sync_only, None)
+    return params
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EventHub] = weakref.WeakKeyDictionary()

@@ -246,3 +246,40 @@ def test_event_hub_reconnects_after_its_connection_is_terminated(tasks_ab):
         assert hub.notifications == before + 1
 
     run(scenario)
+
+
+def test_event_hub_connects_as_django_does_through_database_options(tasks_ab, monkeypatch):
+    """A DATABASE_URL may name its server through OPTIONS only (`?host=/run/postgresql`, a
+    socket directory; `?sslmode=…`): the hub's LISTEN connection uses them as Django's own
+    connections do. PGHOST points elsewhere, so a hub that dropped OPTIONS would connect over
+    TCP (or not at all) and the check on its session below would fail."""
+    task, _ = tasks_ab
+    with psycopg.connect(processes.test_database_url(), autocommit=True) as conn:
+        socket_dir = conn.execute("SHOW unix_socket_directories").fetchone()[0].split(",")[0]
+        port = conn.execute("SHOW port").fetchone()[0]
+    name = "hub-through-options"
+    db = connection.settings_dict
+    monkeypatch.setitem(db, "HOST", "")
+    monkeypatch.setitem(db, "PORT", "")
+    monkeypatch.setitem(
+        db,
+        "OPTIONS",
+        {**db["OPTIONS"], "host": socket_dir.strip(), "port": port, "application_name": name},
+    )
+    monkeypatch.setenv("PGHOST", "127.0.0.1")
+
+    def hub_session() -> list[tuple]:
+        with psycopg.connect(processes.test_database_url(), autocommit=True) as conn:
+            return conn.execute(
+                "SELECT client_addr, query FROM pg_stat_activity WHERE application_name = %s",
+                [name],
+            ).fetchall()
+
+    async def scenario(hub: EventHub) -> None:
+        assert await asyncio.to_thread(hub_session) == [(None, f"LISTEN {CHANNEL}")]
+        waiter = asyncio.create_task(hub.wait_for_task_event(task.id, after_seq=1, timeout=10))
+        await until(lambda: waiting_count(hub, task.id) == 1)
+        await in_thread(progress(task.id))
+        assert await asyncio.wait_for(waiter, 5) is True
+
+    run(scenario)
