@@ -385,6 +385,17 @@ def _add_artifact(
     )
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An executor's whole answer, as `task_answer` takes it (`task_answers`: several)."""
+
+    task_id: object
+    artifact: dict[str, Any] | a2a_pb2.Artifact
+    to_state: TaskState | str = TaskState.COMPLETED
+    message: MessageInput | str | None = None
+    seen: Task | None = None
+
+
 def task_answer(
     *,
     task_id: object,
@@ -409,29 +420,51 @@ def task_answer(
     (the missed write wrote nothing). Same outcome either way, one round trip fewer.
 
     `savepoint=False`: inside a caller's transaction, join it without a savepoint of its own
-    (two statements fewer); an error then rolls the caller's whole transaction back (a batch
-    of quick runs: runner._run_together, which then runs each again on its own).
+    (two statements fewer); an error then rolls the caller's whole transaction back.
 
     Raises TaskTerminal when the task finished meanwhile, IllegalTransition as
     task_transition does, TaskNotFound.
     """
-    to_state = TaskState(to_state)
-    art, chunk = _parse_artifact(artifact)
+    answer = Answer(task_id, artifact, to_state, message, seen)
     with transaction.atomic(savepoint=savepoint):
-        task = None
+        return task_answers([answer])[0]
+
+
+def task_answers(answers: Sequence[Answer]) -> list[Task]:
+    """Several tasks' answers (each as `task_answer` writes it, each task at most once), in
+    the caller's transaction, without a savepoint of their own: an error rolls the caller's
+    whole transaction back (a batch of quick runs: runner._run_together, which then runs each
+    claim again on its own). Those whose `seen` row has not moved are written together, in
+    one statement however many (task_store.append_events_together: their rows locked in id
+    order); each other one then the locked way, in turn. Returns the tasks, in order."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("task_answers() runs inside a transaction")
+    steps = []
+    for answer in answers:
+        to_state = TaskState(answer.to_state)
+        art, chunk = _parse_artifact(answer.artifact)
+        held, seen = None, answer.seen
         if seen is not None and seen.task_state == TaskState.SUBMITTED:
             # A refusal read from an unlocked row is not final: the lock decides.
             with contextlib.suppress(IllegalTransition):
-                if _write_events(seen, _answer_events(seen, art, chunk, to_state, message)):
-                    task = seen
-        if task is None:
-            task = lock_task(task_id)
-            _write_locked(task, _answer_events(task, art, chunk, to_state, message))
-    lifecycle_log.info(
-        "task answered",
-        extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
-    )
-    return task
+                held = _answer_events(seen, art, chunk, to_state, answer.message)
+        steps.append((answer, art, chunk, to_state, held))
+    unlocked = [(a.seen, held.events, held.artifact) for a, *_, held in steps if held]
+    written = get_task_store().append_events_together(unlocked) if unlocked else set()
+    tasks = []
+    for answer, art, chunk, to_state, held in steps:
+        if held is not None and answer.seen.pk in written:
+            task = answer.seen
+            run_event_hooks(task, held.events)
+        else:
+            task = lock_task(answer.task_id)
+            _write_locked(task, _answer_events(task, art, chunk, to_state, answer.message))
+        lifecycle_log.info(
+            "task answered",
+            extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
+        )
+        tasks.append(task)
+    return tasks
 
 
 def _answer_events(

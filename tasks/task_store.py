@@ -38,6 +38,7 @@ from a2a_platform.lib.sql import (
     from_json_rows,
     from_row,
     insert_json_rows,
+    json_param,
     json_rows,
     run_prepared,
 )
@@ -70,6 +71,10 @@ LIFECYCLE_FIELDS = (
 
 # A task with its history and artifacts: GetTask's read.
 Snapshot = tuple[Task, list[Message], list[Artifact]]
+
+# One task's write of `append_events`: the task as it is now, its new events (numbered from
+# its last_seq before them), the artifact one of them adds or None.
+EventsWrite = tuple[Task, list[TaskEvent], Artifact | None]
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,13 @@ class TaskStore(Protocol):
         written. False: the task moved (or is gone); nothing was written or queued. A caller
         holding the task's lock always gets True; one that read the task unlocked (a quick
         claim) writes this way without taking the lock first."""
+        ...
+
+    def append_events_together(self, writes: Sequence[EventsWrite]) -> set[object]:
+        """`append_events` for several tasks (each at most once), in one statement on
+        PostgreSQL however many: the task rows locked in id order (a rebind's order), then
+        each one written, with its events, its artifact and its dispatches closed, only if
+        it has not moved. Returns the pks of the tasks written; the others wrote nothing."""
         ...
 
     def claim_dispatch(
@@ -414,14 +426,17 @@ def _saved(obj: models.Model, pk: object) -> None:
     obj._state.db = connection.alias
 
 
-def _save_artifact_sql(when: str) -> str:
-    """Insert, or replace in place (the row keeps its id and created_at), if `when` holds."""
+def _save_artifact_sql(
+    when: str, param: str = "artifact", returning: str = "id, created_at"
+) -> str:
+    """Insert the rows of %(param)s, or replace in place (the row keeps its id and
+    created_at), if `when` holds."""
     kept = {"id", "task_id", "artifact_id", "created_at"}
     replaced = [f.column for f in Artifact._meta.concrete_fields if f.attname not in kept]
     return (
-        f"{insert_json_rows(Artifact, 'artifact')} WHERE {when} "
+        f"{insert_json_rows(Artifact, param)} WHERE {when} "
         "ON CONFLICT (task_id, artifact_id) DO UPDATE SET "
-        f"{', '.join(f'{c} = EXCLUDED.{c}' for c in replaced)} RETURNING id, created_at"
+        f"{', '.join(f'{c} = EXCLUDED.{c}' for c in replaced)} RETURNING {returning}"
     )
 
 
@@ -455,6 +470,43 @@ def _append_events_sql(notify: bool, close: bool, artifact: bool) -> str:
         "WHERE id = %(task_pk)s AND last_seq = %(expected_seq)s RETURNING id), "
         f"{closed}{saved}event AS ({events}) "
         f"SELECT id, seq{saved_cols}{wake} FROM event"
+    )
+
+
+@functools.cache
+def _append_events_together_sql(notify: bool) -> str:
+    """`_append_events_sql` for several tasks: %(tasks)s one JSON object a task (its id, its
+    LIFECYCLE_FIELDS' columns and `expected_seq`), %(ids)s their ids, %(closing)s the ids of
+    those whose new state is terminal; %(events)s and %(artifacts)s all their rows. The task
+    rows are locked in id order first; every other write is conditional on its task's. One
+    row per event written, its artifact's id and created_at beside it; one wake-up per task
+    (NOTIFY folds duplicates within a transaction).
+
+    Each table is reached through its keys as arrays (`= ANY(…)`: an index scan whatever the
+    table's size), never joined to the JSON rows alone: a prepared statement's plan would
+    count on a hundred of those, and a hash join with a scan of the whole table wins that
+    count."""
+    t = _tables()
+    fields = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
+    sets = ", ".join(f"{f.column} = w.{f.column}" for f in fields)
+    wake = f", pg_notify('{CHANNEL}', e.task_id::text)" if notify else ""
+    written = "v.task_id IN (SELECT id FROM task)"
+    return (
+        "WITH w AS (SELECT v.*, (j ->> 'expected_seq')::integer AS expected_seq "
+        f"FROM jsonb_array_elements(%(tasks)s) j, jsonb_populate_record(NULL::{t['task']}, j) v), "
+        f"locked AS (SELECT t.id FROM {t['task']} t WHERE t.id = ANY(%(ids)s::uuid[]) "
+        "ORDER BY t.id FOR UPDATE), "
+        f"task AS (UPDATE {t['task']} t SET {sets} FROM w "
+        "WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id IN (SELECT id FROM locked) "
+        "AND t.id = w.id AND t.last_seq = w.expected_seq RETURNING t.id, w.updated_at), "
+        f"closed AS (UPDATE {t['dispatch']} d SET state = %(done)s, lease_expires_at = NULL, "
+        "updated_at = task.updated_at FROM task WHERE d.task_id = ANY(%(closing)s::uuid[]) "
+        "AND d.task_id = task.id AND d.state IN (%(pending)s, %(claimed)s)), "
+        f"saved AS ({_save_artifact_sql(written, 'artifacts', 'id, created_at, task_id')}), "
+        f"event AS ({insert_json_rows(TaskEvent, 'events')} WHERE {written} "
+        "RETURNING id, task_id, seq) "
+        f"SELECT e.id, e.task_id, e.seq, s.id, s.created_at{wake} "
+        "FROM event e LEFT JOIN saved s ON s.task_id = e.task_id"
     )
 
 
@@ -704,6 +756,46 @@ class PgTaskStore:
             _saved(artifact, pk)
         return True
 
+    def append_events_together(self, writes: Sequence[EventsWrite]) -> set[object]:
+        if len(writes) == 1:
+            task, events, artifact = writes[0]
+            return {task.pk} if self.append_events(task, events, artifact) else set()
+        lifecycle = [Task._meta.get_field(name) for name in LIFECYCLE_FIELDS]
+        tasks = [
+            {
+                "id": task.pk,
+                "expected_seq": events[0].seq - 1,
+                # As save(update_fields=...) would write them (updated_at stamped).
+                **{f.column: f.pre_save(task, False) for f in lifecycle},
+            }
+            for task, events, _ in writes
+        ]
+        rows = run_prepared(
+            _append_events_together_sql(self._notify),
+            {
+                "tasks": json_param(tasks),
+                "ids": [task.pk for task, _, _ in writes],
+                "closing": [task.pk for task, _, _ in writes if task.task_state in TERMINAL_STATES],
+                "events": json_rows(TaskEvent, [e for _, events, _ in writes for e in events]),
+                "artifacts": json_rows(Artifact, [a for _, _, a in writes if a is not None]),
+                **_DISPATCH_STATES,
+            },
+        )
+        saved = {
+            (task_id, seq): (pk, art_pk, art_created)
+            for pk, task_id, seq, art_pk, art_created, *_ in rows
+        }
+        written = {task_id for task_id, _ in saved}
+        for task, events, artifact in writes:
+            if task.pk not in written:
+                continue
+            for event in events:
+                _saved(event, saved[(task.pk, event.seq)][0])
+            if artifact is not None:
+                _, pk, artifact.created_at = saved[(task.pk, events[0].seq)]
+                _saved(artifact, pk)
+        return written
+
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime
     ) -> DispatchClaimRow | None:
@@ -892,6 +984,10 @@ class OrmTaskStore:
             ).update(state=DispatchState.DONE, lease_expires_at=None, updated_at=task.updated_at)
         notify_task_event(task.pk)
         return True
+
+    def append_events_together(self, writes: Sequence[EventsWrite]) -> set[object]:
+        ordered = sorted(writes, key=lambda write: str(write[0].pk))  # a rebind's lock order
+        return {task.pk for task, events, art in ordered if self.append_events(task, events, art)}
 
     def claim_dispatch(
         self, dispatch_id: int, worker: str, now: datetime, lease_until: datetime

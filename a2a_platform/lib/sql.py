@@ -58,11 +58,16 @@ def json_rows(model: type[models.Model], objs: Iterable[models.Model]):
     checked once per model): timestamps and UUIDs are written as ISO 8601 and hex text, which
     PostgreSQL reads back exactly; a JSON field's value is embedded as JSON. Written by
     `lib/json_bytes.dumps` (orjson, the standard library for an integer past 64 bits)."""
+    fields = _json_saved_fields(model)
+    return json_param([{f.column: f.pre_save(obj, True) for f in fields} for obj in objs])
+
+
+def json_param(value: object):
+    """`value` as one jsonb parameter, dumped by `lib/json_bytes.dumps` (timestamps as ISO
+    8601, UUIDs as text, as `json_rows` writes them)."""
     from psycopg.types.json import Jsonb
 
-    fields = _json_saved_fields(model)
-    rows = [{f.column: f.pre_save(obj, True) for f in fields} for obj in objs]
-    return Jsonb(rows, dumps=dumps)
+    return Jsonb(value, dumps=dumps)
 
 
 def insert_json_rows(model: type[models.Model], param: str) -> str:

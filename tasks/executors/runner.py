@@ -28,7 +28,7 @@ from tasks.dispatch import (
 )
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor, leases
-from tasks.executors.base import ExecutorContext, RunAgain
+from tasks.executors.base import ExecutorContext, RunAgain, write_held_answers
 from tasks.hooks import hooks_together
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB
 from tasks.state_machine import IllegalTransition
@@ -93,10 +93,11 @@ def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
 
 
 def _run_together(claims: list[DispatchClaim], worker: str) -> None:
-    """Run a batch of quick claims in one transaction: their answers commit together (one
-    BEGIN, one COMMIT and one WAL flush for the batch, not one per task; one outbox
-    statement for all their events, tasks.hooks.hooks_together), then each is
-    settled as `_run_claimed` settles it. The batch runs in task id order, so its task rows
+    """Run a batch of quick claims in one transaction: each run's answer is held and the
+    batch's answers are written together at its end (one statement: services.task_answers),
+    and commit together (one BEGIN, one COMMIT and one WAL flush for the batch, not one per
+    task; one outbox statement for all their events, tasks.hooks.hooks_together), then each
+    is settled as `_run_claimed` settles it. The batch runs in task id order, so its task rows
     are locked in the order a rebind locks them (webhooks/rebind.py).
 
     If any run raises (a task canceled meanwhile, a deadlock, the database gone), the
@@ -118,6 +119,8 @@ def _run_together(claims: list[DispatchClaim], worker: str) -> None:
                         raise LookupError(f"no built-in executor {claim.executor!r}")
                     ctx = _context(claim, batched=True)
                     runs.append((claim, ctx, executor(ctx)))
+                # The answers the runs held, written together (one statement).
+                write_held_answers([ctx for _, ctx, _ in runs])
     except Exception:
         logger.info(
             "a batch of quick runs rolled back; running each on its own",

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from a2a_platform.lib import doorbell
@@ -309,6 +309,45 @@ def test_a_backlogs_batches_are_answered_one_transaction_each(store, agent, brok
         assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
         assert task.artifacts.get().parts == task.messages.get().parts
         assert task.dispatches.get().state == DispatchState.DONE
+
+
+def test_a_batchs_answers_are_written_in_one_statement(agent, broker):
+    assert isinstance(task_store.get_task_store(), task_store.PgTaskStore)
+    tasks = [send(agent, f"m{i}") for i in range(5)]
+    with statements() as ran:
+        assert run_due(worker="w1") == 5
+    # The five answers' task rows, events, artifacts and dispatch closes: one statement, and
+    # no answer written on its own.
+    assert len([sql for sql in ran if sql.startswith("WITH w AS")]) == 1
+    assert not [sql for sql in ran if sql.startswith("WITH task AS (UPDATE")]
+    assert len(answer_transactions(tasks)) == 1
+    for task in tasks:
+        task.refresh_from_db()
+        assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
+        assert list(task.events.order_by("seq").values_list("kind", flat=True)) == [
+            "status",
+            "status",
+            "artifact",
+            "status",
+        ]
+        assert task.artifacts.get().parts == task.messages.get().parts
+        assert task.dispatches.get().state == DispatchState.DONE
+
+
+def test_a_batched_runs_answer_is_held_until_the_batch_ends_or_its_next_read(agent):
+    task = send(agent)
+    (claim,) = dispatch_claim_due(worker="w1", limit=1)
+    ctx = runner._context(claim, batched=True)
+    with transaction.atomic():
+        ctx.answer([{"text": "x"}], artifact_id="a")
+        assert ctx.finished
+        assert ctx.held_answer is not None
+        assert Task.objects.get(pk=task.pk).task_state == S.SUBMITTED  # held: not written yet
+        # Any read or verb of the run writes it first: the run sees its own answer.
+        assert ctx.task().task_state == S.COMPLETED
+        assert ctx.held_answer is None
+    task.refresh_from_db()
+    assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
 
 
 def test_a_batchs_outbox_rows_are_written_in_one_statement_each_to_its_own_configs(

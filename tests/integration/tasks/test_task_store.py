@@ -593,3 +593,105 @@ def test_open_task_outside_a_transaction_writes_all_its_rows_or_none(name, agent
     assert (Task.objects.count(), Message.objects.count(), TaskEvent.objects.count()) == (0, 0, 0)
     assert store.open_tasks([_new_task_rows(agent, uuid.UUID(int=8), progress={})]) == [True]
     assert Task.objects.get().pk == uuid.UUID(int=8)
+
+
+def test_append_events_together_writes_each_unmoved_task_and_nothing_of_a_moved_one(agent, frozen):
+    """Three tasks read unlocked at seq 1 (quick claims' rows), one canceled since: the two
+    unmoved ones are written whole (a terminal answer with its artifact and its dispatch
+    closed; a move to WORKING that leaves its dispatch open), the moved one not at all."""
+    pks = [uuid.UUID(int=0x4000_8000_0000_0000_0000 + n) for n in (3, 1, 2)]
+
+    def scenario(store):
+        seen = [Task.objects.get(pk=_open(store, agent, pk=pk).pk) for pk in pks]
+        moved = store.lock(pks[2])
+        moved.state, moved.last_seq = TaskState.CANCELED.value, 2
+        store.append_events(
+            moved, [TaskEvent(task=moved, seq=2, kind="status", payload={"c": 1}, created_at=T0)]
+        )
+        frozen.move_to(T0 + timedelta(seconds=1), tick=False)
+        answered, working, stale = seen
+        answered.state, answered.last_seq = TaskState.COMPLETED.value, 4
+        answered.status_message = {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}
+        working.state, working.last_seq = TaskState.WORKING.value, 2
+        stale.state, stale.last_seq = TaskState.COMPLETED.value, 4
+
+        def events(task, kinds):
+            return [
+                TaskEvent(
+                    task=task,
+                    seq=seq,
+                    kind=kind,
+                    payload={"k": kind, "t": str(task.pk)},
+                    created_at=T0,
+                )
+                for seq, kind in enumerate(kinds, start=2)
+            ]
+
+        answer = events(answered, ["status", "artifact", "status"])
+        art = Artifact(task=answered, artifact_id="echo", parts=[{"text": "hi"}], complete=True)
+        writes = [
+            (answered, answer, art),
+            (working, events(working, ["status"]), None),
+            (
+                stale,
+                events(stale, ["status", "artifact", "status"]),
+                Artifact(task=stale, artifact_id="echo", parts=[{"text": "no"}]),
+            ),
+        ]
+        written = store.append_events_together(writes)
+        frozen.move_to(T0, tick=False)
+        stored = {(e.task_id, e.seq): e.pk for e in TaskEvent.objects.all()}
+        return (
+            sorted(str(pk) for pk in written),
+            [
+                [e.pk is not None and e.pk == stored.get((t.pk, e.seq)) for e in evs]
+                for t, evs, _ in writes
+            ],
+            [e.pk for e in writes[2][1]] + [writes[2][2].pk],
+            (art.pk == Artifact.objects.get(task_id=answered.pk).pk, art.created_at),
+        )
+
+    seen = both(scenario)
+    written, pks_set, stale_pks, saved_art = seen["value"]
+    assert written == sorted(str(pk) for pk in pks[:2])
+    assert pks_set == [[True, True, True], [True], [False, False, False]]
+    assert stale_pks == [None, None, None, None]
+    assert saved_art == [True, T0 + timedelta(seconds=1)]
+    tasks = {t["id"]: t for t in seen["rows"]["Task"]}
+    answered, working, canceled = (tasks[pk] for pk in pks)
+    assert (answered["state"], answered["last_seq"]) == (TaskState.COMPLETED.value, 4)
+    assert answered["status_message"] == {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}
+    assert answered["updated_at"] == T0 + timedelta(seconds=1)
+    assert answered["metadata"] == {"m": 1}  # not a lifecycle field: untouched
+    assert (working["state"], working["last_seq"]) == (TaskState.WORKING.value, 2)
+    assert (canceled["state"], canceled["last_seq"]) == (TaskState.CANCELED.value, 2)
+    (artifact,) = seen["rows"]["Artifact"]
+    assert (artifact["task_id"], artifact["parts"]) == (pks[0], [{"text": "hi"}])
+    by_task = {}
+    for e in seen["rows"]["TaskEvent"]:
+        by_task.setdefault(e["task_id"], []).append((e["seq"], e["kind"]))
+    assert sorted(by_task[pks[0]]) == [(1, "status"), (2, "status"), (3, "artifact"), (4, "status")]
+    assert sorted(by_task[pks[1]]) == [(1, "status"), (2, "status")]
+    assert sorted(by_task[pks[2]]) == [(1, "status"), (2, "status")]  # the cancel alone
+    dispatches = {d["task_id"]: d for d in seen["rows"]["ExecutorDispatch"]}
+    assert dispatches[pks[0]]["state"] == DispatchState.DONE  # closed by its terminal answer
+    assert dispatches[pks[0]]["updated_at"] == T0 + timedelta(seconds=1)
+    assert dispatches[pks[1]]["state"] == DispatchState.PENDING  # WORKING: still open
+    # The canceled task's dispatch was closed by the cancel, at T0, and not touched since.
+    assert (dispatches[pks[2]]["state"], dispatches[pks[2]]["updated_at"]) == (
+        DispatchState.DONE,
+        T0,
+    )
+
+
+def test_append_events_together_of_one_task_is_append_events(agent, frozen):
+    def scenario(store):
+        task = Task.objects.get(pk=_open(store, agent).pk)
+        task.state, task.last_seq = TaskState.WORKING.value, 2
+        event = TaskEvent(task=task, seq=2, kind="status", payload={}, created_at=T0)
+        first = store.append_events_together([(task, [event], None)])
+        again = store.append_events_together([(task, [event], None)])  # seq 1 expected: moved
+        return [sorted(str(pk) for pk in first), sorted(again), event.pk is not None]
+
+    seen = both(scenario)
+    assert seen["value"] == [[str(TASK_PK)], [], True]
