@@ -436,7 +436,8 @@ def task_answers(answers: Sequence[Answer]) -> list[Task]:
     whole transaction back (a batch of quick runs: runner._run_together, which then runs each
     claim again on its own). Those whose `seen` row has not moved are written together, in
     one statement however many (task_store.append_events_together: their rows locked in id
-    order); each other one then the locked way, in turn. Returns the tasks, in order."""
+    order, the moved ones' too); each other one then the locked way, in turn, its lock already
+    held. Returns the tasks, in order."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("task_answers() runs inside a transaction")
     steps = []

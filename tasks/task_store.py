@@ -223,9 +223,11 @@ class TaskStore(Protocol):
 
     def append_events_together(self, writes: Sequence[EventsWrite]) -> set[object]:
         """`append_events` for several tasks (each at most once), in one statement on
-        PostgreSQL however many: the task rows locked in id order (a rebind's order), then
-        each one written, with its events, its artifact and its dispatches closed, only if
-        it has not moved. Returns the pks of the tasks written; the others wrote nothing."""
+        PostgreSQL however many: every one of their task rows locked in id order (a rebind's
+        order), the moved ones too, then each one written, with its events, its artifact and
+        its dispatches closed, only if it has not moved. Returns the pks of the tasks
+        written; the others wrote nothing, and a caller that then writes one of them under
+        its lock takes no lock out of order."""
         ...
 
     def claim_dispatch(

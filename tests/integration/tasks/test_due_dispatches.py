@@ -10,6 +10,7 @@ import json
 import re
 from datetime import timedelta
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
@@ -22,8 +23,9 @@ from tasks.dispatch import dispatch_claim_due
 from tasks.executors import runner
 from tasks.executors.runner import run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
-from tasks.models import DispatchState, ExecutorDispatch, Task
+from tasks.models import DispatchState, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TaskState
+from tests import processes
 from tests.factories import user_message
 from tests.statements import statements, task_locks
 from webhooks.models import Delivery, PushConfig
@@ -332,6 +334,34 @@ def test_a_batchs_answers_are_written_in_one_statement(agent, broker):
         ]
         assert task.artifacts.get().parts == task.messages.get().parts
         assert task.dispatches.get().state == DispatchState.DONE
+
+
+def test_a_batchs_answers_lock_every_task_row_in_id_order_the_moved_ones_too(agent):
+    """The answers' statement locks all the batch's task rows (in id order, a rebind's), so
+    the answer of a task that moved meanwhile, written after it under its lock, waits for
+    no lock out of order: the row is already held. Checked from another session."""
+    tasks = sorted((send(agent, f"m{i}") for i in range(3)), key=lambda t: str(t.pk))
+    seen = [Task.objects.get(pk=task.pk) for task in tasks]
+    services.task_transition(task_id=tasks[0].pk, to_state=S.WORKING)  # moved since read
+    for task in seen:
+        task.state, task.last_seq = S.WORKING.value, 2
+    writes = [
+        (
+            task,
+            [TaskEvent(task=task, seq=2, kind="status", payload={}, created_at=timezone.now())],
+            None,
+        )
+        for task in seen
+    ]
+    with transaction.atomic():
+        written = task_store.PgTaskStore().append_events_together(writes)
+        assert written == {task.pk for task in tasks[1:]}
+        with psycopg.connect(processes.test_database_url(), autocommit=True) as other:
+            for task in tasks:
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    other.execute(
+                        "SELECT 1 FROM tasks_task WHERE id = %s FOR UPDATE NOWAIT", [task.pk]
+                    )
 
 
 def test_a_batched_runs_answer_is_held_until_the_batch_ends_or_its_next_read(agent):
