@@ -6,8 +6,10 @@ first waiter does not pay for the connection) and its heartbeat for the operator
 stops both. The A2A wire surface
 (a2a_platform/protocol) is served here beside Django, so a blocking SendMessage or an SSE
 stream holds neither a thread nor a database connection while it waits; everything else
-(admin, REST API, health) is Django. On SIGTERM (and at lifespan shutdown) open streams are
-ended with a `retry:` hint so their clients resume on another instance.
+(admin, REST API, health) is Django. Once started, the process's start-up heap is frozen
+out of the garbage collector's full passes (a2a_platform/lib/gc_freeze.py). On SIGTERM
+(and at lifespan shutdown) open streams are ended with a `retry:` hint so their clients
+resume on another instance.
 """
 
 import contextlib
@@ -81,6 +83,7 @@ async def _lifespan(receive, send) -> None:
 
     from django.utils import timezone
 
+    from a2a_platform.lib.gc_freeze import freeze_startup_heap
     from a2a_platform.protocol import sse
     from tasks.event_hub import get_hub
 
@@ -102,6 +105,7 @@ async def _lifespan(receive, send) -> None:
                 _drain_on_sigterm()
             name = f"{socket.gethostname()}:{os.getpid()}"
             heartbeat = asyncio.create_task(_heartbeat(name, timezone.now()))
+            freeze_startup_heap()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             sse.begin_shutdown()  # servers that do not wait for open responses first

@@ -3,7 +3,10 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init, worker_ready
 from kombu import Queue
+
+from a2a_platform.lib.gc_freeze import freeze_startup_heap
 
 # Leaf modules (no Django import): safe before the apps load.
 from tasks.job_names import SWEEP_DISPATCHES_JOB
@@ -26,3 +29,10 @@ app.conf.task_routes = {
     "heartbeat.*": {"queue": "heartbeat"},
 }
 app.autodiscover_tasks(related_name="jobs")
+
+
+# A started worker's heap out of the garbage collector's full passes (lib/gc_freeze.py): the
+# main process (which runs the jobs of the threads and solo pools) once it is ready, and
+# each prefork child once it has forked.
+worker_ready.connect(lambda **kwargs: freeze_startup_heap(), weak=False)
+worker_process_init.connect(lambda **kwargs: freeze_startup_heap(), weak=False)
