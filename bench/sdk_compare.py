@@ -4,7 +4,7 @@
                                           [--web-workers 1] [--workers 1] [--sdk-sqlite]
                                           [--worker-pool threads] [--worker-concurrency 8]
                                           [--pg-stats] [--no-pin] [--no-sdk]
-                                          [--profile DIR] [--rounds 1]
+                                          [--profile DIR] [--rounds 1] [--history 10]
 
 Scale-out: `--web-workers 2 --workers 2 --no-pin --no-sdk` (two web processes and two
 worker processes against one PostgreSQL and one Redis, every process on every core).
@@ -22,6 +22,15 @@ Starts, one after the other on the same machine:
   profile (DEBUG off, caches on);
 - the SDK: bench/sdk_server.py, its `DefaultRequestHandler` over `InMemoryTaskStore` (and,
   with --sdk-sqlite, over its SQLite `DatabaseTaskStore`), an echo agent in-process.
+
+Before the figures, each server is sent --history seconds of returnImmediately sends, not
+measured, so the figures run against a store in use, not an empty one. On the platform the
+bench then waits for the worker to answer them and runs `VACUUM ANALYZE`, as autovacuum does
+on a database in use: the statements each process prepares (its own and the foreign keys'
+checks) are then planned for tables of their size. Without it (`--history 0`) they are
+planned on nearly empty tables, whose plans (a scan of the whole table) PostgreSQL keeps
+until autovacuum's first ANALYZE, a minute or more into the run, while the tables grow by
+thousands of rows (docs/decisions.md, issue 19, nineteenth pass).
 
 On a machine with two cores or more the server side (all its processes, PostgreSQL included)
 is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Each figure is a
@@ -379,6 +388,9 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
             base = f"http://127.0.0.1:{port}"
             wait_ready(base)
             auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+            history(args, base, load_cpu, token=token)
+            drain_queue(db, timeout=600)
+            analyze(db)
             results.update(common_figures(args, base, auth, load_cpu, roles, token=token))
             drain_queue(db)
             before = completed_tasks(db)
@@ -464,6 +476,32 @@ def common_figures(
     return figures
 
 
+def history(args, base: str, load_cpu: int | None, **kw) -> None:
+    """--history seconds of returnImmediately sends before the figures, not measured: the
+    store the figures run against holds tasks, as a store in use does."""
+    if args.history <= 0:
+        return
+    run = argparse.Namespace(**{**vars(args), "duration": args.history})
+    r = wrk(
+        f"{base}/message:send",
+        run,
+        cpu=load_cpu,
+        script=SEND,
+        A2A_BLOCKING="0",
+        A2A_RUN=f"h{time.time_ns()}",
+        **_token(kw),
+    )
+    print(f"  history: {r['requests']} tasks sent in {args.history:.0f} s (not measured)")
+
+
+def analyze(db: str) -> None:
+    """What autovacuum gathers on a database in use: its tables' statistics."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
 def executor_load(args, base: str, load_cpu: int | None, roles: dict[str, int], **kw) -> None:
     """A returnImmediately run whose tasks the executor then completes (counted by the caller)."""
     measure(
@@ -506,6 +544,7 @@ def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> d
                 sys.exit(f"the SDK server did not start: {log.read_text()}")
             time.sleep(0.2)
         roles = {"sdk": proc.pid}
+        history(args, base, load_cpu)
         results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu, roles)
         before = _sdk_completed(proc, log)
         started = time.monotonic()
@@ -554,6 +593,12 @@ def main() -> None:
         "--pg-stats",
         action="store_true",
         help="pg_stat_statements' top statements, per request of each figure",
+    )
+    parser.add_argument(
+        "--history",
+        type=float,
+        default=10.0,
+        help="seconds of sends before the figures, not measured (0: none)",
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy every server process (slower)")
     parser.add_argument(
