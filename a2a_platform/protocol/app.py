@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from a2a_platform.protocol import discovery, http_json, jsonrpc
-from a2a_platform.protocol.binding import rest_error
+from a2a_platform.protocol.binding import request_host, rest_error
 from a2a_platform.protocol.errors import (
     INVALID_REQUEST,
     METHOD_NOT_ALLOWED,
@@ -74,8 +74,7 @@ async def _dispatch(request: Request, route: Route) -> Response:
 def _host_allowed(request: Request) -> bool:
     if settings.A2A_PUBLIC_BASE_URL:  # URLs come from the setting, whatever the Host says
         return True
-    host = request.headers.get("host") or request.url.netloc
-    return _host_valid(host, tuple(settings.ALLOWED_HOSTS))
+    return _host_valid(request_host(request), tuple(settings.ALLOWED_HOSTS))
 
 
 @functools.lru_cache(maxsize=256)

@@ -44,12 +44,21 @@ def as_protocol_error(exc: Exception) -> ProtocolError:
     return ProtocolError(INTERNAL, "internal error")
 
 
+def request_host(request: Request) -> str:
+    """The request's first Host header (else, absent or empty, the server's address), read
+    off the scope's header lines: the card reads no other header, so no Headers mapping is
+    built for it."""
+    for name, value in request.scope["headers"]:
+        if name == b"host":  # ASGI servers send header names lowercased
+            return value.decode("latin-1") or request.url.netloc
+    return request.url.netloc
+
+
 def _origin(request: Request) -> str:
     if settings.A2A_PUBLIC_BASE_URL:
         return settings.A2A_PUBLIC_BASE_URL.rstrip("/")
     # The scheme from the scope: request.url would build the whole URL on every request.
-    host = request.headers.get("host") or request.url.netloc
-    return f"{request.scope.get('scheme', 'http')}://{host}"
+    return f"{request.scope.get('scheme', 'http')}://{request_host(request)}"
 
 
 async def request_ctx(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from typing import NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,10 +32,37 @@ from agents.signing import jwks as agent_jwks
 
 logger = logging.getLogger(__name__)
 
+JSON = b"application/json"
+
+
+class ServedCard(NamedTuple):
+    """A rendered card as the endpoint sends it: its body, its ETag, the card version it
+    recorded, when (monotonic), and its responses' header lines, built once."""
+
+    body: bytes
+    etag: str
+    version: int
+    recorded_at: float
+    ok_headers: list[tuple[bytes, bytes]]
+    not_modified_headers: list[tuple[bytes, bytes]]
+
+
+class _Prepared(Response):
+    """A response whose header lines are already built (a cached card's): Starlette's
+    Response sends `raw_headers` as they are, so building them again on every request is
+    skipped."""
+
+    def __init__(self, status_code: int, raw_headers: list[tuple[bytes, bytes]], body=b""):
+        self.status_code = status_code
+        self.raw_headers = raw_headers
+        self.body = body
+        self.background = None
+
+
 # Served cards by (agent, its last edit, origin, root, capabilities): rendering goes through
 # protobuf, signing and the v0.3 models, far costlier than serving bytes. Keyed on everything
 # the card depends on, so never stale; re-recorded as served at most once a minute.
-_cards: TTLCache[tuple[bytes, str, int, float]] = TTLCache(lambda: 300)
+_cards: TTLCache[ServedCard] = TTLCache(lambda: 300)
 
 
 async def card(request: Request, route: Route) -> Response:
@@ -57,21 +85,20 @@ async def card(request: Request, route: Route) -> Response:
     # The capabilities are part of the key: a flip serves a new card (and a new ETag).
     cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root, *caps.items())
     cached = _cards.get(cache_key)
-    if cached is None or time.monotonic() - cached[3] >= 60:
+    if cached is None or time.monotonic() - cached.recorded_at >= 60:
         try:
             cached = _cards.put(cache_key, await run_orm(lambda: _served_card(ctx, caps)))
         except EmptyCardValue as exc:
             logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
             return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
-    body, etag = cached[0], cached[1]
-    common.card_version_served(ctx.agent.pk, cached[2])
-    headers = {"ETag": etag, "Cache-Control": f"public, max-age={ctx.agent.card_max_age}"}
-    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
+    common.card_version_served(ctx.agent.pk, cached.version)
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match and cached.etag in [t.strip() for t in if_none_match.split(",")]:
+        return _Prepared(304, cached.not_modified_headers)
+    return _Prepared(200, cached.ok_headers, cached.body)
 
 
-def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, float]:
+def _served_card(ctx: Ctx, caps: dict[str, bool]) -> ServedCard:
     """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
     jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
     signed = sign_card(
@@ -85,7 +112,14 @@ def _served_card(ctx: Ctx, caps: dict[str, bool]) -> tuple[bytes, str, int, floa
     body = dumps(served)
     digest = hashlib.sha256(body).hexdigest()
     version = card_version_record(agent=ctx.agent, content_hash=digest, card=served)
-    return body, f'"{digest[:32]}"', version, time.monotonic()
+    etag = f'"{digest[:32]}"'
+    # What Response(body, media_type="application/json", headers=...) would send.
+    cached = [
+        (b"etag", etag.encode("latin-1")),
+        (b"cache-control", f"public, max-age={ctx.agent.card_max_age}".encode("latin-1")),
+    ]
+    ok = [*cached, (b"content-length", str(len(body)).encode()), (b"content-type", JSON)]
+    return ServedCard(body, etag, version, time.monotonic(), ok, cached)
 
 
 async def jwks(request: Request, route: Route) -> Response:

@@ -447,6 +447,35 @@ def test_card_interfaces_etag_and_304(wire, agent):
     assert root["supportedInterfaces"][0]["url"] == "http://testserver/"
 
 
+def test_card_header_lines_are_a_plain_responses(wire, agent):
+    """The cached card's header lines, built once, are those Starlette's Response builds for
+    its body and headers; an edit of the agent's max-age reaches them."""
+    from starlette.responses import Response
+
+    from agents.services import agent_update
+
+    def expected(resp, max_age: int, status: int) -> list[tuple[bytes, bytes]]:
+        headers = {"ETag": resp.headers["ETag"], "Cache-Control": f"public, max-age={max_age}"}
+        if status == 304:
+            return Response(status_code=304, headers=headers).raw_headers
+        return Response(resp.content, media_type="application/json", headers=headers).raw_headers
+
+    path = "/ops/.well-known/agent-card.json"
+    first, cached = wire.request("GET", path), wire.request("GET", path)
+    assert cached.content == first.content
+    assert cached.headers.raw == expected(cached, agent.card_max_age, 200)
+    etag = cached.headers["ETag"]
+    again = wire.request("GET", path, headers={"If-None-Match": f'"other", {etag}'})
+    assert (again.status_code, again.content) == (304, b"")
+    assert again.headers.raw == expected(again, agent.card_max_age, 304)
+    assert wire.request("GET", path, headers={"If-None-Match": '"other"'}).status_code == 200
+
+    agent_update(agent_pk=agent.pk, changes={"card_max_age": 7})
+    edited = wire.request("GET", path)
+    assert edited.headers["Cache-Control"] == "public, max-age=7"
+    assert edited.headers.raw == expected(edited, 7, 200)
+
+
 def test_extended_card_needs_authentication(wire, transactional_db):
     secure = AgentFactory(slug="secure", auth_mode="api_key", executor="external")
     key = api_key_create(agent=secure, name="k")
