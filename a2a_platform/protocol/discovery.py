@@ -93,9 +93,10 @@ async def card(request: Request, route: Route) -> Response:
             return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
     common.card_version_served(ctx.agent.pk, cached.version)
     if_none_match = request.headers.get("if-none-match")
+    # Each response its own copy of the lines: one that adds a header changes no other.
     if if_none_match and cached.etag in [t.strip() for t in if_none_match.split(",")]:
-        return _Prepared(304, cached.not_modified_headers)
-    return _Prepared(200, cached.ok_headers, cached.body)
+        return _Prepared(304, [*cached.not_modified_headers])
+    return _Prepared(200, [*cached.ok_headers], cached.body)
 
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> ServedCard:

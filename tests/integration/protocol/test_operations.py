@@ -470,6 +470,26 @@ def test_card_header_lines_are_a_plain_responses(wire, agent):
     assert again.headers.raw == expected(again, agent.card_max_age, 304)
     assert wire.request("GET", path, headers={"If-None-Match": '"other"'}).status_code == 200
 
+    # A header added to one response reaches no later one.
+    import asyncio
+
+    from a2a_platform.protocol import discovery
+    from a2a_platform.protocol.routes import resolve
+
+    scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", b"testserver")]}
+    scope |= {"scheme": "http", "query_string": b"", "server": ("testserver", 80)}
+    route = resolve("GET", path)
+
+    async def two_cards():
+        one = await discovery.card(discovery.Request(scope), route)
+        one.headers["X-Extra"] = "1"
+        return one, await discovery.card(discovery.Request(scope), route)
+
+    one, two = asyncio.run(two_cards())
+    assert (b"x-extra", b"1") in one.raw_headers
+    assert two.raw_headers == one.raw_headers[:-1]  # the same card's lines, without it
+    assert b"x-extra" not in dict(two.raw_headers)
+
     agent_update(agent_pk=agent.pk, changes={"card_max_age": 7})
     edited = wire.request("GET", path)
     assert edited.headers["Cache-Control"] == "public, max-age=7"
