@@ -27,10 +27,11 @@ Before the figures, each server is sent --history seconds of returnImmediately s
 measured, so the figures run against a store in use, not an empty one. On the platform the
 bench then waits for the worker to answer them and runs `VACUUM ANALYZE`, as autovacuum does
 on a database in use: the statements each process prepares (its own and the foreign keys'
-checks) are then planned for tables of their size. Without it (`--history 0`) they are
-planned on nearly empty tables, whose plans (a scan of the whole table) PostgreSQL keeps
-until autovacuum's first ANALYZE, a minute or more into the run, while the tables grow by
-thousands of rows (docs/decisions.md, issue 19, nineteenth pass).
+checks) are then planned for tables of their size. Without it (`--history 0`; the ANALYZE
+still runs, on nearly empty tables) they are planned on nearly empty tables, whose plans (a
+scan of the whole table) PostgreSQL keeps until autovacuum's next ANALYZE, a minute or more
+into the run, while the tables grow by thousands of rows (docs/decisions.md, issue 19,
+nineteenth pass).
 
 On a machine with two cores or more the server side (all its processes, PostgreSQL included)
 is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Each figure is a

@@ -4,14 +4,19 @@ listing, tenancy, card caching and v0.3 shapes. Tasks are moved by the lifecycle
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 
 import pytest
 from django.db import connection
+from starlette.requests import Request
+from starlette.responses import Response
 
-from agents.services import api_key_create
+from a2a_platform.protocol import discovery
+from a2a_platform.protocol.routes import resolve
+from agents.services import agent_update, api_key_create
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
@@ -447,12 +452,9 @@ def test_card_interfaces_etag_and_304(wire, agent):
     assert root["supportedInterfaces"][0]["url"] == "http://testserver/"
 
 
-def test_card_header_lines_are_a_plain_responses(wire, agent):
+def test_card_header_lines_are_those_of_a_plain_response(wire, agent):
     """The cached card's header lines, built once, are those Starlette's Response builds for
     its body and headers; an edit of the agent's max-age reaches them."""
-    from starlette.responses import Response
-
-    from agents.services import agent_update
 
     def expected(resp, max_age: int, status: int) -> list[tuple[bytes, bytes]]:
         headers = {"ETag": resp.headers["ETag"], "Cache-Control": f"public, max-age={max_age}"}
@@ -471,19 +473,14 @@ def test_card_header_lines_are_a_plain_responses(wire, agent):
     assert wire.request("GET", path, headers={"If-None-Match": '"other"'}).status_code == 200
 
     # A header added to one response reaches no later one.
-    import asyncio
-
-    from a2a_platform.protocol import discovery
-    from a2a_platform.protocol.routes import resolve
-
     scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", b"testserver")]}
     scope |= {"scheme": "http", "query_string": b"", "server": ("testserver", 80)}
     route = resolve("GET", path)
 
     async def two_cards():
-        one = await discovery.card(discovery.Request(scope), route)
+        one = await discovery.card(Request(scope), route)
         one.headers["X-Extra"] = "1"
-        return one, await discovery.card(discovery.Request(scope), route)
+        return one, await discovery.card(Request(scope), route)
 
     one, two = asyncio.run(two_cards())
     assert (b"x-extra", b"1") in one.raw_headers
