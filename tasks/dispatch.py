@@ -40,6 +40,8 @@ lifecycle_log = logging.getLogger("tasks.lifecycle")
 # run again later, a release that finds new input, and the sweeper's re-enqueues still
 # publish the dispatch's own job.
 QUICK_EXECUTORS: tuple[str, ...] = (Executor.ECHO,)
+# The bell of the helper jobs a backlog asks for (`ring_for_a_helper`).
+DUE_HELPER_BELL = f"{RUN_DUE_DISPATCHES_JOB}:helper"
 
 
 def _uses_celery(task: Task) -> bool:
@@ -47,10 +49,21 @@ def _uses_celery(task: Task) -> bool:
 
 
 def ring_for_due_dispatches() -> None:
-    """Publish a RUN_DUE_DISPATCHES_JOB unless one is waiting (the doorbell). A publish the
-    broker refused clears the bell again: no job carries it, so the next ring must try."""
+    """Publish a RUN_DUE_DISPATCHES_JOB unless one is on its way or a drain holds the bell (it
+    is nudged instead: a2a_platform/lib/doorbell.py). A publish the broker refused gives the
+    bell back: no job carries it, so the next ring must try."""
     if doorbell.ring(RUN_DUE_DISPATCHES_JOB) and not send_job(RUN_DUE_DISPATCHES_JOB, []):
-        doorbell.clear(RUN_DUE_DISPATCHES_JOB)
+        doorbell.release(RUN_DUE_DISPATCHES_JOB)
+
+
+def ring_for_a_helper() -> None:
+    """A drain claimed a full batch (a backlog): publish a helper job, which drains beside it
+    without lingering, unless one is on its way (a bell of its own, given back as the helper
+    starts)."""
+    if doorbell.ring(DUE_HELPER_BELL) and not send_job(
+        RUN_DUE_DISPATCHES_JOB, [], kwargs={"helper": True}
+    ):
+        doorbell.release(DUE_HELPER_BELL)
 
 
 def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:

@@ -8,7 +8,7 @@ from celery import shared_task
 
 # Imported for its signal handlers: worker processes reuse pooled connections per job.
 from tasks import worker_connections  # noqa: F401
-from tasks.executors.runner import run_dispatch, run_due
+from tasks.executors.runner import LINGER_SECONDS, run_dispatch, run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
 from tasks.sweeper import dispatch_sweep
 
@@ -20,9 +20,9 @@ def run_executor_job(self, dispatch_id: int) -> str:
 
 
 @shared_task(name=RUN_DUE_DISPATCHES_JOB, bind=True)
-def run_due_dispatches_job(self) -> int:
+def run_due_dispatches_job(self, helper: bool = False) -> int:
     worker = self.request.hostname or socket.gethostname()
-    return run_due(worker=f"{worker}:{self.request.id}")
+    return run_due(worker=f"{worker}:{self.request.id}", linger=LINGER_SECONDS, helper=helper)
 
 
 @shared_task(name=SWEEP_DISPATCHES_JOB)

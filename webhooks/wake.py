@@ -21,114 +21,76 @@ check: a script), and each worker process keeps one subscriber (`listen`) that p
 nudges to its pumps at once; only the named pump claims for it, so N workers do not make N
 claims per event. The flag holds the pump's token, and a pump releases only its own flag.
 The nudge only shortens the wait; a pump that misses one (subscriber reconnecting, or
-another pump took the flag over) finds the work at its next poll.
+another pump took the flag over) finds the work at its next poll. The flag, its script and
+the nudges are the doorbell's (a2a_platform/lib/doorbell.py), which the quick executors'
+drain holds the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import threading
 import time
 from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
 
-from a2a_platform.lib.doorbell import broker_redis
+from a2a_platform.lib import doorbell
 from a2a_platform.lib.on_commit import send_job
 from webhooks.job_names import DELIVER_JOB
 
 logger = logging.getLogger(__name__)
 
-FLAG_KEY = "a2a:webhooks:pump-claiming"
-NUDGE_CHANNEL = "a2a:webhooks:nudge"
-
-_lock = threading.Lock()
-
-
-def _ttl_ms() -> int:
-    return int(settings.A2A_WEBHOOK_WAKE_TTL_SECONDS * 1000)
+# The pumps' bell (a2a_platform/lib/doorbell.py): its holder is the claiming pump.
+FLAG_KEY = doorbell.key(DELIVER_JOB)
+# The flag's value while a published job has not started claiming yet.
+JOB_TOKEN = doorbell.JOB_TOKEN
 
 
-# One round trip for a wake: set the flag if nobody holds it (then the caller publishes a
-# job), else nudge its holder.
-_WAKE_SCRIPT = """
-local holder = redis.call('GET', KEYS[1])
-if holder then
-    redis.call('PUBLISH', KEYS[2], holder)
-    return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-# Only the holder clears the flag (another pump may have taken it over since).
-_RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-JOB_TOKEN = "job"  # the flag's value while a published job has not started claiming yet
+def _ttl() -> float:
+    return settings.A2A_WEBHOOK_WAKE_TTL_SECONDS
 
 
 def hold(token: str = JOB_TOKEN) -> None:
     """A pump (`token`) is about to claim: writes committed from now on need no message, and
     nudge this pump."""
-    client = broker_redis()
-    if client is None:
-        return
-    try:
-        client.set(FLAG_KEY, token.encode(), px=_ttl_ms())
-    except Exception:
-        logger.warning("wake flag not set", exc_info=True)
+    doorbell.hold(DELIVER_JOB, token, ttl=_ttl())
 
 
 def holds(token: str) -> bool:
     """Whether the flag still names this pump (False without Redis or when unreadable)."""
-    client = broker_redis()
-    if client is None:
-        return False
-    try:
-        return client.get(FLAG_KEY) == token.encode()
-    except Exception:
-        logger.warning("wake flag unreadable", exc_info=True)
-        return False
+    return doorbell.holds(DELIVER_JOB, token)
 
 
 def release(token: str = JOB_TOKEN) -> None:
     """The pump stops claiming (it blocks, drains or exits): writes need a message again.
     The caller claims once more after this, for what was committed while it held the flag."""
-    client = broker_redis()
-    if client is None:
-        return
-    try:
-        client.eval(_RELEASE_SCRIPT, 1, FLAG_KEY, token.encode())
-    except Exception:
-        logger.warning("wake flag not cleared", exc_info=True)
+    doorbell.release(DELIVER_JOB, token)
 
 
 def wake(*, force: bool = False, countdown: float | None = None) -> bool:
     """Make sure a pump will claim after this point (after `countdown` seconds: a retry's or a
     capped endpoint's hint). `force` publishes regardless of the flag (a starting worker).
     Timed wakes coalesce too: one per quarter second of due time."""
-    client = None if force else broker_redis()
+    client = None if force else doorbell.broker_redis()
     if client is not None:
-        key, ttl_ms = FLAG_KEY, _ttl_ms()
-        if countdown is not None:
+        if countdown is None:
+            # Nobody holds the flag: it is now held for the job published below. Else its
+            # holder was nudged (or a job is on its way).
+            if not doorbell.ring(DELIVER_JOB, ttl=_ttl()):
+                return True
+        else:
             bucket = math.ceil((time.time() + countdown) * 4)
-            key, ttl_ms = f"{FLAG_KEY}:at:{bucket}", int(countdown * 1000) + 1000
-        try:
-            if countdown is None:
-                claimed = client.eval(_WAKE_SCRIPT, 2, key, NUDGE_CHANNEL, JOB_TOKEN, ttl_ms)
-            else:
-                claimed = client.set(key, b"1", px=ttl_ms, nx=True)
+            try:
+                claimed = client.set(
+                    f"{FLAG_KEY}:at:{bucket}", b"1", px=int((countdown + 1) * 1000), nx=True
+                )
+            except Exception:
+                logger.warning("wake flag unreadable; publishing", exc_info=True)
+                claimed = True
             if not claimed:
-                return True  # a pump is claiming (and was nudged), or one is due then anyway
-        except Exception:
-            logger.warning("wake flag unreadable; publishing", exc_info=True)
-            client = None
+                return True  # one is due then anyway
     if send_job(DELIVER_JOB, [], countdown=countdown):
         return True
     if client is not None and countdown is None:
@@ -159,47 +121,12 @@ def wake_on_commit(*, countdown: float | None = None) -> None:
 
 # --- nudges --------------------------------------------------------------------------------
 
-_listeners: set[Callable[[bytes], None]] = set()
-_listener_pid: int | None = None
-
 
 def listen(callback: Callable[[bytes], None]) -> bool:
-    """Call `callback(holder)` (from the subscriber thread) whenever a nudge arrives, until
-    `unlisten(callback)`; `holder` is the token of the pump it is for. Starts this process's
-    subscriber on first use. False without Redis (no nudges: the caller polls)."""
-    global _listener_pid
-    if broker_redis() is None:
-        return False
-    with _lock:
-        _listeners.add(callback)
-        if _listener_pid != os.getpid():
-            _listener_pid = os.getpid()
-            threading.Thread(target=_subscribe, name="webhook-nudges", daemon=True).start()
-    return True
+    """Call `callback(holder)` whenever a nudge arrives (a2a_platform/lib/doorbell.py); False
+    without Redis (no nudges: the caller polls)."""
+    return doorbell.listen(callback)
 
 
 def unlisten(callback: Callable[[bytes], None]) -> None:
-    with _lock:
-        _listeners.discard(callback)
-
-
-def _subscribe() -> None:
-    """Forever: hold a subscription to the nudge channel; reconnect after a failure."""
-    import redis
-
-    url = settings.CELERY_BROKER_URL
-    while True:
-        try:
-            client = redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=10)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(NUDGE_CHANNEL)
-            while True:
-                message = pubsub.get_message(timeout=5.0)
-                if message is not None:
-                    with _lock:
-                        waiting = list(_listeners)
-                    for callback in waiting:
-                        callback(message["data"])
-        except Exception:
-            logger.warning("webhook nudge subscription lost; pumps poll until it is back")
-            time.sleep(1.0)
+    doorbell.unlisten(callback)

@@ -1,19 +1,27 @@
 """A doorbell: many writes that each want the same draining job, one job published.
 
-`ring(name)` says whether the caller should publish job `name`: True when no such job is
-known to be waiting, that is when nobody rang since the last job cleared the bell. The job
-clears the bell (`clear(name)`) before it looks for work, so work committed before a ring
-that found the bell set is seen by that look, and work committed after the clear rings
-again. A ring is one Redis command (SET NX with an expiry), against a job publish through
-Celery's machinery (docs/decisions.md, "Throughput").
+`ring(name)` says whether the caller should publish job `name`: True when nobody holds the
+bell, which it then holds for the job it is about to publish (`JOB_TOKEN`). While a drain
+holds the bell (`hold(name, token)`: a running job that claims, or lingers for more), a ring
+publishes nothing and nudges that drain instead (`listen`), in the same round trip (a
+script). A drain releases the bell (`release`) before it stops claiming and then claims once
+more, so work committed before a ring that found the bell held is seen by that drain, and
+work committed after the release rings for a job again. A Celery job's publish and its
+consumption are so paid once per burst of work, not once per write (docs/decisions.md,
+"Throughput").
 
-The bell lives in the broker's Redis (`broker_redis`, the client webhooks/wake.py's flag uses
-too) and expires after `RING_SECONDS`, so a job lost with its worker stops swallowing rings
-that soon; the work it would have drained is durable and the sweepers re-enqueue it, as they
-do a lost job of any kind. A publish the broker refused clears the bell at once
-(tasks/dispatch.py `ring_for_due_dispatches`). On a broker that is not Redis
-(the embedded file-system broker), or when Redis refuses the command, every ring says
-publish: the behaviour without a bell.
+The bell lives in the broker's Redis (`broker_redis`) and expires after its TTL, so a job lost
+with its worker stops swallowing rings that soon; the work it would have drained is durable
+and the sweepers re-enqueue it, as they do a lost job of any kind. A publish the broker
+refused releases the bell at once (`release(name)`). On a broker that is not Redis (the
+embedded file-system broker), or when Redis refuses the command, every ring says publish and
+nothing is nudged: the behaviour without a bell.
+
+Nudges travel on one Redis channel, whatever the bell: each names the holder it is for, and
+each process that listens keeps one subscriber thread, which hands a nudge to the callbacks
+registered in that process (each callback keeps those naming its own token). The delivery
+pump (webhooks/wake.py) and the quick executors' drain (tasks/executors/runner.py) ring,
+hold and are nudged this way.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
@@ -28,6 +38,8 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 RING_SECONDS = 2.0
+NUDGE_CHANNEL = "a2a:doorbell:nudge"
+JOB_TOKEN = "job"  # the bell's holder while a published job has not started yet
 
 _lock = threading.Lock()
 _clients: dict[tuple[int, str], redis.Redis] = {}
@@ -50,33 +62,127 @@ def broker_redis() -> redis.Redis | None:
         return client
 
 
-def _bell(name: str) -> tuple[redis.Redis, str] | None:
+def key(name: str) -> str:
+    return f"a2a:doorbell:{name}"
+
+
+# One round trip for a ring: hold the bell for a job if nobody holds it (then the caller
+# publishes that job), else nudge its holder.
+_RING_SCRIPT = """
+local holder = redis.call('GET', KEYS[1])
+if holder then
+    if holder ~= ARGV[1] then
+        redis.call('PUBLISH', KEYS[2], holder)
+    end
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+# Only the holder releases the bell (another drain may hold it since).
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def ring(name: str, *, ttl: float = RING_SECONDS) -> bool:
+    """True: publish the job (nobody held the bell; it is now held for that job). Else the
+    bell's holder was nudged, or a job is already on its way."""
     client = broker_redis()
-    return None if client is None else (client, f"a2a:doorbell:{name}")
-
-
-def ring(name: str) -> bool:
-    """True: publish the job (the bell was not set, and now is)."""
-    bell = _bell(name)
-    if bell is None:
+    if client is None:
         return True
-    client, key = bell
     try:
-        return bool(client.set(key, b"1", nx=True, px=int(RING_SECONDS * 1000)))
+        return bool(
+            client.eval(_RING_SCRIPT, 2, key(name), NUDGE_CHANNEL, JOB_TOKEN, int(ttl * 1000))
+        )
     except redis.RedisError:
         logger.warning("doorbell unreachable; publishing the job", extra={"job": name})
         return True
 
 
-def clear(name: str) -> None:
-    """The job is running and about to look for work: the next ring publishes another."""
-    bell = _bell(name)
-    if bell is None:
+def hold(name: str, token: str, *, ttl: float = RING_SECONDS) -> None:
+    """A drain (`token`) is about to claim: rings from now on publish nothing and nudge it.
+    Refresh it well within `ttl`."""
+    client = broker_redis()
+    if client is None:
         return
-    client, key = bell
     try:
-        client.delete(key)
+        client.set(key(name), token.encode(), px=int(ttl * 1000))
     except redis.RedisError:
-        # Still set, it expires in RING_SECONDS: rings meanwhile publish nothing, and what
+        logger.warning("doorbell not held", extra={"job": name}, exc_info=True)
+
+
+def holds(name: str, token: str) -> bool:
+    """Whether the bell still names this drain (False without Redis or when unreadable)."""
+    client = broker_redis()
+    if client is None:
+        return False
+    try:
+        return client.get(key(name)) == token.encode()
+    except redis.RedisError:
+        logger.warning("doorbell unreadable", extra={"job": name}, exc_info=True)
+        return False
+
+
+def release(name: str, token: str = JOB_TOKEN) -> None:
+    """The drain stops claiming: rings publish a job again. The caller claims once more
+    after this, for what was committed while it held the bell. With JOB_TOKEN: a publish
+    the broker refused gives the bell back (no job carries it)."""
+    client = broker_redis()
+    if client is None:
+        return
+    try:
+        client.eval(_RELEASE_SCRIPT, 1, key(name), token.encode())
+    except redis.RedisError:
+        # Still held, it expires within its TTL: rings meanwhile publish nothing, and what
         # they announce waits for the next ring after it or for the sweeper.
-        logger.warning("doorbell not cleared", extra={"job": name}, exc_info=True)
+        logger.warning("doorbell not released", extra={"job": name}, exc_info=True)
+
+
+# --- nudges --------------------------------------------------------------------------------
+
+_listeners: set[Callable[[bytes], None]] = set()
+_listener_pid: int | None = None
+
+
+def listen(callback: Callable[[bytes], None]) -> bool:
+    """Call `callback(holder)` (from the subscriber thread) whenever a nudge arrives, until
+    `unlisten(callback)`; `holder` is the token of the drain it is for. Starts this process's
+    subscriber on first use. False without Redis (no nudges: the caller polls or stops)."""
+    global _listener_pid
+    if broker_redis() is None:
+        return False
+    with _lock:
+        _listeners.add(callback)
+        if _listener_pid != os.getpid():
+            _listener_pid = os.getpid()
+            threading.Thread(target=_subscribe, name="doorbell-nudges", daemon=True).start()
+    return True
+
+
+def unlisten(callback: Callable[[bytes], None]) -> None:
+    with _lock:
+        _listeners.discard(callback)
+
+
+def _subscribe() -> None:
+    """Forever: hold a subscription to the nudge channel; reconnect after a failure."""
+    url = settings.CELERY_BROKER_URL
+    while True:
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=10)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(NUDGE_CHANNEL)
+            while True:
+                message = pubsub.get_message(timeout=5.0)
+                if message is not None:
+                    with _lock:
+                        waiting = list(_listeners)
+                    for callback in waiting:
+                        callback(message["data"])
+        except Exception:
+            logger.warning("doorbell nudge subscription lost; drains poll until it is back")
+            time.sleep(1.0)

@@ -17,13 +17,24 @@ logger = logging.getLogger(__name__)
 _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
-def send_job(name: str, args: list[Any], *, countdown: float | None = None) -> bool:
+def send_job(
+    name: str,
+    args: list[Any],
+    *,
+    countdown: float | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> bool:
     """Publish job `name` now; False (logged) when the broker refused it."""
     try:
         # The project's app (a2a_platform/celery.py), current once the project package is
         # imported: a library module names no app of the project.
         current_app.send_task(
-            name, args=args, countdown=countdown, retry=True, retry_policy=_RETRY_POLICY
+            name,
+            args=args,
+            kwargs=kwargs,
+            countdown=countdown,
+            retry=True,
+            retry_policy=_RETRY_POLICY,
         )
     except Exception:
         logger.warning(

@@ -14,16 +14,21 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
+import time
+import uuid
 
 from django.db import transaction
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
 from tasks.dispatch import (
+    DUE_HELPER_BELL,
     DispatchClaim,
     dispatch_claim,
     dispatch_claim_due,
     dispatch_finish,
+    ring_for_a_helper,
     ring_for_due_dispatches,
 )
 from tasks.errors import TaskTerminal
@@ -40,9 +45,11 @@ logger = logging.getLogger(__name__)
 RERUN_AFTER_SECONDS = 1.0
 
 
-# How many dispatches one run_due job runs before it hands over to a job of its own (so the
-# jobs queued behind it get their turn).
-DUE_BATCH = 100
+# A drain job runs for at most this long, then hands over to a fresh job (so a worker's warm
+# shutdown waits no longer for it, and the jobs queued behind it get their turn).
+DRAIN_SECONDS = 2.0
+# Out of work, a drain job waits this long for a nudge (a new quick dispatch) before it stops.
+LINGER_SECONDS = 0.5
 # A job claims up to this many due dispatches in one statement and runs a batch of more than
 # one in one transaction (`_run_together`): one claim and one commit per batch, not per task.
 CLAIM_BATCH = 10
@@ -63,33 +70,115 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     return _run_claimed(claim, worker)
 
 
-def run_due(*, worker: str, limit: int = DUE_BATCH) -> int:
+def run_due(
+    *,
+    worker: str,
+    limit: int | None = None,
+    linger: float = 0.0,
+    seconds: float = DRAIN_SECONDS,
+    helper: bool = False,
+) -> int:
     """Run the quick executors' due dispatches one after another; returns how many.
 
-    The doorbell is cleared first, so a dispatch committed from then on rings for a job of
-    its own. Each claim takes up to CLAIM_BATCH due dispatches, and a batch of more than one
-    runs in one transaction (`_run_together`). A full batch means a backlog: it rings, so one
-    more job waits on the queue for a free worker thread to join in, and past `limit` the
-    rest is left to it."""
-    doorbell.clear(RUN_DUE_DISPATCHES_JOB)
+    A drain holds the doorbell while it claims (a2a_platform/lib/doorbell.py): a quick
+    dispatch committed meanwhile nudges it instead of publishing a job. Each claim takes up
+    to CLAIM_BATCH due dispatches, and a batch of more than one runs in one transaction
+    (`_run_together`). Out of work, the drain waits up to `linger` seconds for a nudge and
+    claims again on one, so a steady stream of sends is run by one job, not a job per burst.
+    After `seconds`, or `limit` dispatches, or a linger with no nudge, it releases the bell
+    and claims once more, for what was committed while it held it; past `limit` it rings
+    for a fresh job instead.
+
+    A full batch means a backlog: it asks for a helper (`helper=True`,
+    tasks.dispatch.ring_for_a_helper), which drains beside it on another worker thread or
+    process, without the bell and without lingering."""
+    deadline = time.monotonic() + seconds
+    if helper:
+        doorbell.release(DUE_HELPER_BELL)  # the next full batch may ask for another
+        ran, _ = _drain(worker, limit, deadline)
+        return ran
+    drain = _Drain(linger)
+    try:
+        ran, stopped_at_limit = _drain(worker, limit, deadline, drain)
+    finally:
+        drain.stop()
+    if stopped_at_limit:
+        ring_for_due_dispatches()  # a fresh drain for the rest
+        return ran
+    # Rings while the bell was held published no job and count on this claim.
+    last = _claim_and_run(worker, CLAIM_BATCH)
+    if last == CLAIM_BATCH:
+        ring_for_due_dispatches()
+    return ran + last
+
+
+class _Drain:
+    """The bell a drain holds (with its own token, refreshed within the bell's TTL) and the
+    nudges it waits for."""
+
+    def __init__(self, linger: float) -> None:
+        self.token = uuid.uuid4().hex
+        self.nudged = threading.Event()
+        self.held_at: float | None = None
+        self.linger = linger if linger > 0 and doorbell.listen(self.nudge) else 0.0
+
+    def nudge(self, holder: bytes) -> None:
+        if holder == self.token.encode():
+            self.nudged.set()
+
+    def hold(self) -> None:
+        """Before each claim: the bell names this drain (refreshed at a third of its TTL,
+        not on every claim: a Redis round trip each). The nudge is cleared, so a nudge for
+        writes this claim misses makes the drain claim again."""
+        now = time.monotonic()
+        if self.held_at is None or now - self.held_at >= doorbell.RING_SECONDS / 3:
+            doorbell.hold(RUN_DUE_DISPATCHES_JOB, self.token)
+            self.held_at = now
+        self.nudged.clear()
+
+    def wait(self, deadline: float) -> bool:
+        """Out of work: True when a nudge came within the linger (and before `deadline`)."""
+        left = min(self.linger, deadline - time.monotonic())
+        return left > 0 and self.nudged.wait(left)
+
+    def stop(self) -> None:
+        doorbell.unlisten(self.nudge)
+        doorbell.release(RUN_DUE_DISPATCHES_JOB, self.token)
+
+
+def _drain(
+    worker: str, limit: int | None, deadline: float, drain: _Drain | None = None
+) -> tuple[int, bool]:
+    """Claim and run batches until out of work (and, holding the bell, no nudge within the
+    linger), `deadline` or `limit`; returns how many ran and whether `limit` stopped it."""
     ran = 0
-    while ran < limit:
-        batch = min(CLAIM_BATCH, limit - ran)
-        claims = with_reconnect(
-            functools.partial(dispatch_claim_due, worker=worker, limit=batch),
-            what="dispatch claim",
-            extra={},
-        )
-        if not claims:
-            break
-        if len(claims) == batch:
-            ring_for_due_dispatches()
-        if len(claims) == 1:
-            _run_claimed(claims[0], worker)
-        else:
-            _run_together(claims, worker)
-        ran += len(claims)
-    return ran
+    while True:
+        if drain is not None:
+            drain.hold()
+        batch = CLAIM_BATCH if limit is None else min(CLAIM_BATCH, limit - ran)
+        ran += (count := _claim_and_run(worker, batch))
+        if limit is not None and ran >= limit:
+            return ran, True
+        if time.monotonic() >= deadline:
+            return ran, False
+        if count == batch:
+            ring_for_a_helper()
+        elif drain is None or not drain.wait(deadline):
+            return ran, False
+
+
+def _claim_and_run(worker: str, batch: int) -> int:
+    """Claim up to `batch` due dispatches and run them; how many."""
+    claims = with_reconnect(
+        functools.partial(dispatch_claim_due, worker=worker, limit=batch),
+        what="dispatch claim",
+        extra={},
+    )
+    if len(claims) == 1:
+        _run_claimed(claims[0], worker)
+    elif claims:
+        _run_together(claims, worker)
+    return len(claims)
 
 
 def _run_together(claims: list[DispatchClaim], worker: str) -> None:

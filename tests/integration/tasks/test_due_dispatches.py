@@ -2,12 +2,16 @@
 
 A new echo dispatch rings the doorbell (a2a_platform/lib/doorbell.py) instead of publishing a
 job of its own; one tasks.run_due_dispatches job claims the due ones oldest first
-(dispatch_claim_due, one statement on PostgreSQL, the ORM twin on SQLite) and runs them. The
-broker is the test's real Redis: the queue is read to count what was published.
+(dispatch_claim_due, one statement on PostgreSQL, the ORM twin on SQLite) and runs them,
+holding the bell, so that dispatches committed meanwhile nudge it instead of publishing a job.
+The broker is the test's real Redis: the queue is read to count what was published.
 """
 
+import base64
 import json
 import re
+import threading
+import time
 from datetime import timedelta
 
 import psycopg
@@ -19,7 +23,7 @@ from django.utils import timezone
 
 from a2a_platform.lib import doorbell
 from tasks import services, task_store
-from tasks.dispatch import dispatch_claim_due
+from tasks.dispatch import DUE_HELPER_BELL, dispatch_claim_due
 from tasks.executors import runner
 from tasks.executors.runner import run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
@@ -35,12 +39,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 S = TaskState
 
 
+BELL = doorbell.key(RUN_DUE_DISPATCHES_JOB)
+HELPER_BELL = doorbell.key(DUE_HELPER_BELL)
+
+
 @pytest.fixture
 def broker():
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
+    client.delete("agents", BELL, HELPER_BELL)
     yield client
-    client.delete("agents", f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}")
+    client.delete("agents", BELL, HELPER_BELL)
 
 
 @pytest.fixture(params=["postgres", "orm"])
@@ -56,6 +64,12 @@ def published(broker) -> list[str]:
     return [json.loads(m)["headers"]["task"] for m in reversed(broker.lrange("agents", 0, -1))]
 
 
+def published_kwargs(broker) -> list[dict]:
+    """The keyword arguments of the jobs waiting on the agents queue, oldest first."""
+    bodies = [json.loads(m)["body"] for m in reversed(broker.lrange("agents", 0, -1))]
+    return [json.loads(base64.b64decode(body))[1] for body in bodies]
+
+
 def send(agent, text: str = "hi") -> Task:
     return services.task_create(agent=agent, owner="o", message=user_message(text))
 
@@ -63,8 +77,10 @@ def send(agent, text: str = "hi") -> Task:
 def test_new_echo_tasks_ring_once_for_one_job(agent, broker):
     tasks = [send(agent, f"m{i}") for i in range(5)]
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
-    # A job running clears the bell: the next new task rings for another.
-    doorbell.clear(RUN_DUE_DISPATCHES_JOB)
+    assert broker.get(BELL) == doorbell.JOB_TOKEN.encode()  # held for that job
+    # The job's drain holds the bell, then releases it: the next new task rings for another.
+    doorbell.hold(RUN_DUE_DISPATCHES_JOB, "drain")
+    doorbell.release(RUN_DUE_DISPATCHES_JOB, "drain")
     send(agent, "later")
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB, RUN_DUE_DISPATCHES_JOB]
     assert all(t.dispatches.get().enqueues == 1 for t in tasks)
@@ -98,6 +114,71 @@ def test_a_job_past_its_limit_rings_for_the_rest(agent, broker):
     states = sorted(Task.objects.get(pk=t.pk).task_state.short for t in tasks)
     assert states == ["completed", "completed", "submitted"]
     assert run_due(worker="w2") == 1
+
+
+def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, broker):
+    """A drain job out of work lingers with the bell held: tasks sent meanwhile publish no
+    job, nudge it, and it runs them while it still holds the bell (not in its claim after the
+    release, at its deadline here: the linger is longer). Then the next task rings for a job
+    again."""
+    ran: list[int] = []
+
+    def drain() -> None:
+        try:
+            ran.append(run_due(worker="w1", linger=60, seconds=5))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    try:
+        held = processes.wait_until(
+            lambda: (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode())
+            and token,
+            message="the drain holds the bell",
+        )
+        tasks = [send(agent, f"m{i}") for i in range(3)]
+        for task in tasks:
+            processes.wait_until(
+                lambda task=task: Task.objects.get(pk=task.pk).task_state == S.COMPLETED,
+                message="the drain ran the task",
+            )
+        assert broker.get(BELL) == held  # run on its nudges, the bell still held
+        assert published(broker) == []  # nudges, no job
+    finally:
+        thread.join(30)
+    assert not thread.is_alive()
+    assert ran == [3]
+    assert broker.get(BELL) is None
+    send(agent, "after")
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+
+
+def test_a_drain_claims_once_more_after_releasing_the_bell(agent, broker, monkeypatch):
+    """A task committed while a drain held the bell published no job. If the drain misses
+    its nudge (here it does not linger; a subscriber reconnecting misses one too), the claim
+    it makes after releasing the bell runs it."""
+    real = runner.dispatch_claim_due
+    late: list[Task] = []
+
+    def claim_then_send(**kwargs):
+        claims = real(**kwargs)
+        if not late:
+            late.append(send(agent, "late"))  # its ring finds the bell held: a nudge only
+        return claims
+
+    monkeypatch.setattr(runner, "dispatch_claim_due", claim_then_send)
+    assert run_due(worker="w1") == 1
+    assert published(broker) == []
+    assert Task.objects.get(pk=late[0].pk).task_state == S.COMPLETED
+    assert broker.get(BELL) is None
+
+
+def test_a_drain_stops_at_its_deadline_however_long_its_linger(agent, broker):
+    started = time.monotonic()
+    assert run_due(worker="w1", linger=60, seconds=0.2) == 0
+    assert time.monotonic() - started < 30  # the deadline ended it, not the linger
+    assert broker.get(BELL) is None
 
 
 def test_claim_due_takes_the_oldest_and_skips_what_is_not_its(store, agent, scripted_agent):
@@ -164,8 +245,15 @@ def test_a_backlog_is_claimed_in_batches_and_every_task_run_once(store, agent, b
     assert run_due(worker="w1") == 25
     # Batches of CLAIM_BATCH, then the rest.
     assert sizes == [10, 10, 5, 0]
-    # The two full batches rang for one helper between them.
+    # The two full batches rang for one helper between them (it drains beside this one).
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+    assert published_kwargs(broker) == [{"helper": True}]
+    assert broker.get(HELPER_BELL) == doorbell.JOB_TOKEN.encode()
+    # The helper gives its bell back as it starts, runs what is due, and lingers for nothing.
+    broker.delete("agents")
+    assert run_due(worker="w2", helper=True, linger=5) == 0
+    assert broker.get(HELPER_BELL) is None
+    assert published(broker) == []
     for task in tasks:
         dispatch = task.dispatches.get()
         assert (dispatch.state, dispatch.claims) == (DispatchState.DONE, 1)
@@ -209,17 +297,43 @@ def test_a_refused_publish_leaves_the_bell_clear_for_the_next_ring(
     agent, broker, refusing_publisher
 ):
     task = send(agent)
-    assert broker.get(f"a2a:doorbell:{RUN_DUE_DISPATCHES_JOB}") is None
+    assert broker.get(BELL) is None
     assert task.dispatches.get().state == DispatchState.PENDING  # the sweeper's, in time
 
 
-def test_doorbell_rings_once_until_cleared_or_expired(broker):
+def test_doorbell_rings_once_until_released_or_expired(broker):
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is False
-    doorbell.clear("job")
+    doorbell.release("job")
     assert doorbell.ring("job") is True
     assert 0 < broker.pttl("a2a:doorbell:job") <= doorbell.RING_SECONDS * 1000
     broker.delete("a2a:doorbell:job")
+
+
+def test_a_ring_nudges_the_bells_holder_and_only_the_holder_releases_it(broker):
+    nudges: list[bytes] = []
+    arrived = threading.Event()
+
+    def heard(holder: bytes) -> None:
+        nudges.append(holder)
+        arrived.set()
+
+    assert doorbell.listen(heard)
+    try:
+        doorbell.hold("job", "drain-a")
+        assert doorbell.ring("job") is False  # no job: the holder is nudged instead
+        assert arrived.wait(5)
+        assert nudges == [b"drain-a"]
+        doorbell.release("job", "drain-b")  # not its holder: still held
+        assert doorbell.holds("job", "drain-a")
+        doorbell.release("job")  # nor is a job
+        assert doorbell.holds("job", "drain-a")
+        doorbell.release("job", "drain-a")
+        assert broker.get("a2a:doorbell:job") is None
+        assert doorbell.ring("job") is True
+    finally:
+        doorbell.unlisten(heard)
+        broker.delete("a2a:doorbell:job")
 
 
 def test_doorbell_without_redis_always_publishes(settings):
@@ -227,11 +341,12 @@ def test_doorbell_without_redis_always_publishes(settings):
     settings.CELERY_BROKER_URL = "filesystem://"
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is True
-    doorbell.clear("job")
+    doorbell.release("job")
+    assert doorbell.listen(print) is False  # no nudges either: a drain does not linger
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is True
-    doorbell.clear("job")
+    doorbell.release("job")
 
 
 def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agent, broker):
