@@ -133,8 +133,9 @@ def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, bro
     thread.start()
     try:
         held = processes.wait_until(
-            lambda: (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode())
-            and token,
+            lambda: (
+                (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode()) and token
+            ),
             message="the drain holds the bell",
         )
         tasks = [send(agent, f"m{i}") for i in range(3)]
