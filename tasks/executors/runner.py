@@ -86,30 +86,30 @@ def run_due(
     (`_run_together`). Out of work, the drain waits up to `linger` seconds for a nudge and
     claims again on one, so a steady stream of sends is run by one job, not a job per burst.
     After `seconds`, or `limit` dispatches, or a linger with no nudge, it releases the bell
-    and claims once more, for what was committed while it held it; past `limit` it rings
-    for a fresh job instead.
+    and claims once more, for what was committed while it held it; when it stopped with
+    work left (a full batch), it rings for a fresh drain instead.
 
     A full batch means a backlog: it asks for a helper (`helper=True`,
     tasks.dispatch.ring_for_a_helper), which drains beside it on another worker thread or
-    process, without the bell and without lingering."""
+    process, without the bell and without lingering, and rings the bell if it stops with
+    work left."""
     deadline = time.monotonic() + seconds
     if helper:
         doorbell.release(DUE_HELPER_BELL)  # the next full batch may ask for another
-        ran, _ = _drain(worker, limit, deadline)
-        return ran
-    drain = _Drain(linger)
-    try:
-        ran, stopped_at_limit = _drain(worker, limit, deadline, drain)
-    finally:
-        drain.stop()
-    if stopped_at_limit:
-        ring_for_due_dispatches()  # a fresh drain for the rest
-        return ran
-    # Rings while the bell was held published no job and count on this claim.
-    last = _claim_and_run(worker, CLAIM_BATCH)
-    if last == CLAIM_BATCH:
-        ring_for_due_dispatches()
-    return ran + last
+        ran, more = _drain(worker, limit, deadline)
+    else:
+        drain = _Drain(linger)
+        try:
+            ran, more = _drain(worker, limit, deadline, drain)
+        finally:
+            drain.stop()
+        if not more:
+            # Rings while the bell was held published no job and count on this claim.
+            more = (last := _claim_and_run(worker, CLAIM_BATCH)) == CLAIM_BATCH
+            ran += last
+    if more:
+        ring_for_due_dispatches()  # stopped with work left: a fresh drain for it
+    return ran
 
 
 class _Drain:
@@ -150,18 +150,18 @@ def _drain(
     worker: str, limit: int | None, deadline: float, drain: _Drain | None = None
 ) -> tuple[int, bool]:
     """Claim and run batches until out of work (and, holding the bell, no nudge within the
-    linger), `deadline` or `limit`; returns how many ran and whether `limit` stopped it."""
+    linger), `deadline` or `limit`; returns how many ran and whether the last batch was full
+    (work is likely left)."""
     ran = 0
     while True:
         if drain is not None:
             drain.hold()
         batch = CLAIM_BATCH if limit is None else min(CLAIM_BATCH, limit - ran)
         ran += (count := _claim_and_run(worker, batch))
-        if limit is not None and ran >= limit:
-            return ran, True
-        if time.monotonic() >= deadline:
-            return ran, False
-        if count == batch:
+        full = count == batch
+        if (limit is not None and ran >= limit) or time.monotonic() >= deadline:
+            return ran, full
+        if full:
             ring_for_a_helper()
         elif drain is None or not drain.wait(deadline):
             return ran, False

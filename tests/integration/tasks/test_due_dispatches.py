@@ -116,6 +116,17 @@ def test_a_job_past_its_limit_rings_for_the_rest(agent, broker):
     assert run_due(worker="w2") == 1
 
 
+def test_a_helper_stopped_with_work_left_rings_for_a_drain(agent, broker):
+    for i in range(3):
+        send(agent, f"m{i}")
+    broker.delete("agents", BELL)
+    assert run_due(worker="w1", helper=True, limit=2) == 2
+    # Its last batch was full: a drain job (not a helper) waits for the rest.
+    assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
+    assert published_kwargs(broker) == [{}]
+    assert run_due(worker="w2") == 1
+
+
 def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, broker):
     """A drain job out of work lingers with the bell held: tasks sent meanwhile publish no
     job, nudge it, and it runs them while it still holds the bell (not in its claim after the
