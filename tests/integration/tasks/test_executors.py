@@ -86,6 +86,20 @@ def test_echo_task_runs_to_completion(agent, procs):
     assert dispatch.claimed_by.startswith("worker@")
 
 
+def test_echo_tasks_sent_one_after_another_are_run_by_one_lingering_job(agent, procs):
+    """The quick executors' drain job holds the doorbell and lingers for nudges
+    (tasks/executors/runner.py): echo tasks sent one after another, each as soon as the one
+    before completed, are run by the job that ran the first, not by a job each."""
+    procs.worker()
+    tasks = []
+    for i in range(3):
+        tasks.append(wait_state(open_task(agent, f"m{i}"), *TERMINAL_STATES))
+    assert [t.task_state for t in tasks] == [S.COMPLETED] * 3
+    # A dispatch's claimer is "<worker>:<job id>": one job claimed all three.
+    claimers = {dispatch_of(t).claimed_by for t in tasks}
+    assert len(claimers) == 1, claimers
+
+
 def test_scripted_chunks_assemble_one_artifact(scripted_agent, procs):
     procs.worker()
     task = wait_state(open_task(scripted_agent, "chunks 3"), *TERMINAL_STATES)
