@@ -6,9 +6,8 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_ready
 from kombu import Queue
 
-from a2a_platform.lib.gc_freeze import freeze_startup_heap
-
 # Leaf modules (no Django import): safe before the apps load.
+from a2a_platform.lib.gc_freeze import freeze_startup_heap
 from tasks.job_names import SWEEP_DISPATCHES_JOB
 from webhooks.job_names import PURGE_OLD_ROWS_JOB, SWEEP_DELIVERIES_JOB
 

@@ -110,7 +110,7 @@ async def _answer(ctx: Ctx, accepted: Accepted) -> dict:
             return answer
 
     # The task, its history and artifacts in one read (GetTask's).
-    found = await read_snapshot(ctx, task_id, history_length)
+    found = await _read_snapshot(ctx, task_id, history_length)
     if found is None:
         raise from_domain(TaskNotFound(task_id))
     return render(found)
@@ -163,7 +163,7 @@ _snapshots = Coalesced(lambda keys: selectors.task_snapshots_for_owner(keys=keys
 _settled = Coalesced(lambda keys: selectors.task_settled_snapshots(keys=keys))
 
 
-async def read_snapshot(
+async def _read_snapshot(
     ctx: Ctx, task_id: object, history_length: int | None
 ) -> selectors.Snapshot | None:
     """The task visible to the caller with its history and artifacts (None: unknown or
@@ -178,7 +178,7 @@ async def get_task(ctx: Ctx, params: Params) -> dict:
     req = parse_request(params, a2a_pb2.GetTaskRequest)
     if not req.id:
         raise invalid_params("id", "is required")
-    found = await read_snapshot(ctx, req.id, parse_history_length(req))
+    found = await _read_snapshot(ctx, req.id, parse_history_length(req))
     if found is None:
         raise ProtocolError(TASK_NOT_FOUND, metadata={"taskId": req.id[:100]})
     task, history, artifacts = found
