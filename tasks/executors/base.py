@@ -126,9 +126,10 @@ class ExecutorContext:
             data["name"] = name
         self.write_held_answer()
         seen, self.claimed_task = self.claimed_task, None
-        answer = services.Answer(self.task_id, data, state, text, seen)
         if self.batched and seen is not None:
-            self.held_answer = answer
+            # Written with the batch's other answers (write_held_answers), or before this
+            # run's next verb or read.
+            self.held_answer = services.Answer(self.task_id, data, state, text, seen)
         else:
             services.task_answer(
                 task_id=self.task_id,
