@@ -18,8 +18,9 @@ from django.core.management import call_command
 from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
+from a2a_platform.lib import doorbell
 from tasks import services
-from tasks.job_names import SWEEP_DISPATCHES_JOB
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB, SWEEP_DISPATCHES_JOB
 from tasks.models import DispatchState, EventKind, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TERMINAL_STATES, TaskState
 from tasks.sweeper import EXECUTOR_LOST_MESSAGE
@@ -217,3 +218,29 @@ def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
         assert dispatch.claims == 1
         assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
         assert re_enqueued_in(worker, dispatch)
+
+
+def test_echo_tasks_that_nudged_a_dead_drain_are_run(agent, procs):
+    """Scenario E: the doorbell is held by a drain whose worker was killed (the bell a
+    lingering run_due_dispatches job holds, its token in Redis until the bell expires). New
+    echo tasks ring it: they nudge that drain, which nobody hears, and publish no job. The
+    bell expires and the sweeper publishes each dispatch's own job: every task completes,
+    none twice."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("agents")
+    doorbell.hold(RUN_DUE_DISPATCHES_JOB, "a-killed-workers-drain")
+    tasks = [open_task(agent, f"m{i}") for i in range(3)]
+    assert broker.llen("agents") == 0  # nudges for the dead drain, no job
+
+    start_beat(procs)
+    worker = procs.worker(name="worker", **TIMINGS)
+    for task in tasks:
+        task = wait_settled(task)
+        assert task.task_state == S.COMPLETED
+        assert statuses(task) == ["submitted", "working", "completed"]
+        dispatch = dispatch_of(task)
+        assert dispatch.state == DispatchState.DONE
+        assert dispatch.claims == 1
+        assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
+        assert re_enqueued_in(worker, dispatch)
+    assert broker.get(doorbell.key(RUN_DUE_DISPATCHES_JOB)) is None  # expired
