@@ -184,5 +184,7 @@ def _subscribe() -> None:
                     for callback in waiting:
                         callback(message["data"])
         except Exception:
-            logger.warning("doorbell nudge subscription lost; drains poll until it is back")
+            logger.warning(
+                "doorbell nudge subscription lost; holders find new work at their next claim"
+            )
             time.sleep(1.0)
