@@ -197,6 +197,22 @@ def test_lapsed_lease_of_a_killed_worker_is_re_dispatched(scripted_agent, procs)
     assert seqs == list(range(1, task.last_seq + 1))
 
 
+def assert_each_run_once_by_the_sweeper(procs, tasks: list[Task]) -> None:
+    """With beat and a worker started, each echo task completes, claimed once, its dispatch
+    announced twice: the ring, then the sweeper's own job."""
+    start_beat(procs)
+    worker = procs.worker(name="worker", **TIMINGS)
+    for task in tasks:
+        task = wait_settled(task)
+        assert task.task_state == S.COMPLETED
+        assert statuses(task) == ["submitted", "working", "completed"]
+        dispatch = dispatch_of(task)
+        assert dispatch.state == DispatchState.DONE
+        assert dispatch.claims == 1
+        assert dispatch.enqueues == 2
+        assert re_enqueued_in(worker, dispatch)
+
+
 def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
     """Scenario D: new echo tasks ring the doorbell for one run_due_dispatches job, and that
     job is lost (the queue emptied before any worker took it). The bell expires and the
@@ -207,17 +223,7 @@ def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
     assert broker.llen("agents") == 1  # one job for the three
     broker.delete("agents")
 
-    start_beat(procs)
-    worker = procs.worker(name="worker", **TIMINGS)
-    for task in tasks:
-        task = wait_settled(task)
-        assert task.task_state == S.COMPLETED
-        assert statuses(task) == ["submitted", "working", "completed"]
-        dispatch = dispatch_of(task)
-        assert dispatch.state == DispatchState.DONE
-        assert dispatch.claims == 1
-        assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
-        assert re_enqueued_in(worker, dispatch)
+    assert_each_run_once_by_the_sweeper(procs, tasks)
 
 
 def test_echo_tasks_that_nudged_a_dead_drain_are_run(agent, procs):
@@ -232,15 +238,5 @@ def test_echo_tasks_that_nudged_a_dead_drain_are_run(agent, procs):
     tasks = [open_task(agent, f"m{i}") for i in range(3)]
     assert broker.llen("agents") == 0  # nudges for the dead drain, no job
 
-    start_beat(procs)
-    worker = procs.worker(name="worker", **TIMINGS)
-    for task in tasks:
-        task = wait_settled(task)
-        assert task.task_state == S.COMPLETED
-        assert statuses(task) == ["submitted", "working", "completed"]
-        dispatch = dispatch_of(task)
-        assert dispatch.state == DispatchState.DONE
-        assert dispatch.claims == 1
-        assert dispatch.enqueues == 2  # the ring, then the sweeper's own job
-        assert re_enqueued_in(worker, dispatch)
+    assert_each_run_once_by_the_sweeper(procs, tasks)
     assert broker.get(doorbell.key(RUN_DUE_DISPATCHES_JOB)) is None  # expired
