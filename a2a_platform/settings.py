@@ -237,6 +237,12 @@ CELERY_TIMEZONE = "UTC"
 A2A_DISPATCH_LEASE_SECONDS = env.int("A2A_DISPATCH_LEASE_SECONDS", default=60)
 A2A_DISPATCH_UNCLAIMED_SECONDS = env.int("A2A_DISPATCH_UNCLAIMED_SECONDS", default=30)
 A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
+# The quick executors' drain job (tasks/executors/runner.py): seconds it claims before it
+# hands over to a fresh job (a worker's warm shutdown waits no longer for it), and seconds it
+# waits out of work for a nudge (a new quick dispatch) before it stops, so a steady stream of
+# sends is run by one job instead of a job per burst (Redis brokers only).
+A2A_DISPATCH_DRAIN_SECONDS = env.float("A2A_DISPATCH_DRAIN_SECONDS", default=2)
+A2A_DISPATCH_DRAIN_LINGER_SECONDS = env.float("A2A_DISPATCH_DRAIN_LINGER_SECONDS", default=0.5)
 A2A_SWEEP_INTERVAL_SECONDS = env.int("A2A_SWEEP_INTERVAL_SECONDS", default=10)
 # Event hub: how often the SQLite fallback polls for new events.
 A2A_EVENT_HUB_POLL_SECONDS = env.float("A2A_EVENT_HUB_POLL_SECONDS", default=0.2)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 
 from celery import shared_task
+from django.conf import settings
 
 # Imported for its signal handlers: worker processes reuse pooled connections per job.
 from tasks import worker_connections  # noqa: F401
-from tasks.executors.runner import LINGER_SECONDS, run_dispatch, run_due
+from tasks.executors.runner import run_dispatch, run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB, SWEEP_DISPATCHES_JOB
 from tasks.sweeper import dispatch_sweep
 
@@ -22,7 +23,11 @@ def run_executor_job(self, dispatch_id: int) -> str:
 @shared_task(name=RUN_DUE_DISPATCHES_JOB, bind=True)
 def run_due_dispatches_job(self, helper: bool = False) -> int:
     worker = self.request.hostname or socket.gethostname()
-    return run_due(worker=f"{worker}:{self.request.id}", linger=LINGER_SECONDS, helper=helper)
+    return run_due(
+        worker=f"{worker}:{self.request.id}",
+        linger=settings.A2A_DISPATCH_DRAIN_LINGER_SECONDS,
+        helper=helper,
+    )
 
 
 @shared_task(name=SWEEP_DISPATCHES_JOB)

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 
+from django.conf import settings
 from django.db import transaction
 
 from a2a_platform.lib import doorbell
@@ -45,11 +46,6 @@ logger = logging.getLogger(__name__)
 RERUN_AFTER_SECONDS = 1.0
 
 
-# A drain job runs for at most this long, then hands over to a fresh job (so a worker's warm
-# shutdown waits no longer for it, and the jobs queued behind it get their turn).
-DRAIN_SECONDS = 2.0
-# Out of work, a drain job waits this long for a nudge (a new quick dispatch) before it stops.
-LINGER_SECONDS = 0.5
 # A job claims up to this many due dispatches in one statement and runs a batch of more than
 # one in one transaction (`_run_together`): one claim and one commit per batch, not per task.
 CLAIM_BATCH = 10
@@ -75,7 +71,7 @@ def run_due(
     worker: str,
     limit: int | None = None,
     linger: float = 0.0,
-    seconds: float = DRAIN_SECONDS,
+    seconds: float | None = None,
     helper: bool = False,
 ) -> int:
     """Run the quick executors' due dispatches one after another; returns how many.
@@ -85,14 +81,17 @@ def run_due(
     to CLAIM_BATCH due dispatches, and a batch of more than one runs in one transaction
     (`_run_together`). Out of work, the drain waits up to `linger` seconds for a nudge and
     claims again on one, so a steady stream of sends is run by one job, not a job per burst.
-    After `seconds`, or `limit` dispatches, or a linger with no nudge, it releases the bell
-    and claims once more, for what was committed while it held it; when it stopped with
-    work left (a full batch), it rings for a fresh drain instead.
+    After `seconds` (default: A2A_DISPATCH_DRAIN_SECONDS), or `limit` dispatches, or a
+    linger with no nudge, it releases the bell and claims once more, for what was committed
+    while it held it; when it stopped with work left (a full batch), it rings for a fresh
+    drain instead.
 
     A full batch means a backlog: it asks for a helper (`helper=True`,
     tasks.dispatch.ring_for_a_helper), which drains beside it on another worker thread or
     process, without the bell and without lingering, and rings the bell if it stops with
     work left."""
+    if seconds is None:
+        seconds = settings.A2A_DISPATCH_DRAIN_SECONDS
     deadline = time.monotonic() + seconds
     if helper:
         doorbell.release(DUE_HELPER_BELL)  # the next full batch may ask for another
@@ -127,19 +126,28 @@ class _Drain:
             self.nudged.set()
 
     def hold(self) -> None:
-        """Before each claim: the bell names this drain (refreshed at a third of its TTL,
-        not on every claim: a Redis round trip each). The nudge is cleared, so a nudge for
+        """Before each claim: the bell names this drain. The nudge is cleared, so a nudge for
         writes this claim misses makes the drain claim again."""
+        self._refresh()
+        self.nudged.clear()
+
+    def wait(self, deadline: float) -> bool:
+        """Out of work: True when a nudge came within the linger (and before `deadline`). A
+        linger longer than the bell's TTL keeps the bell held meanwhile."""
+        end = min(time.monotonic() + self.linger, deadline)
+        while (left := end - time.monotonic()) > 0:
+            if self.nudged.wait(min(left, doorbell.RING_SECONDS / 3)):
+                return True
+            self._refresh()
+        return False
+
+    def _refresh(self) -> None:
+        """Hold the bell, refreshed at a third of its TTL (not on every claim: a Redis round
+        trip each); a drain that died stops holding it within the TTL."""
         now = time.monotonic()
         if self.held_at is None or now - self.held_at >= doorbell.RING_SECONDS / 3:
             doorbell.hold(RUN_DUE_DISPATCHES_JOB, self.token)
             self.held_at = now
-        self.nudged.clear()
-
-    def wait(self, deadline: float) -> bool:
-        """Out of work: True when a nudge came within the linger (and before `deadline`)."""
-        left = min(self.linger, deadline - time.monotonic())
-        return left > 0 and self.nudged.wait(left)
 
     def stop(self) -> None:
         doorbell.unlisten(self.nudge)

@@ -166,6 +166,42 @@ def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, bro
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
 
 
+def test_a_drain_lingering_longer_than_the_bells_ttl_keeps_holding_it(agent, broker):
+    """A linger (A2A_DISPATCH_DRAIN_LINGER_SECONDS) longer than the bell's TTL: the drain
+    refreshes the bell while it waits, so a task sent after the TTL has passed still nudges
+    it and publishes no job."""
+    ran: list[int] = []
+
+    def drain() -> None:
+        try:
+            ran.append(run_due(worker="w1", linger=3 * doorbell.RING_SECONDS, seconds=60))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    try:
+        held = processes.wait_until(
+            lambda: (
+                (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode()) and token
+            ),
+            message="the drain holds the bell",
+        )
+        time.sleep(doorbell.RING_SECONDS + 0.5)  # the bell set before this would have expired
+        assert broker.get(BELL) == held
+        task = send(agent, "late")
+        processes.wait_until(
+            lambda: Task.objects.get(pk=task.pk).task_state == S.COMPLETED,
+            message="the drain ran the task",
+        )
+        assert published(broker) == []
+    finally:
+        thread.join(30)
+    assert not thread.is_alive()
+    assert ran == [1]
+    assert broker.get(BELL) is None
+
+
 def test_a_drain_claims_once_more_after_releasing_the_bell(agent, broker, monkeypatch):
     """A task committed while a drain held the bell published no job. If the drain misses
     its nudge (here it does not linger; a subscriber reconnecting misses one too), the claim
