@@ -47,6 +47,8 @@ class Procs:
             print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
         if any(p.killed for p in self.started):
             processes.forget_unacked()
+        if self.started:
+            processes.forget_bells()
 
 
 @pytest.fixture

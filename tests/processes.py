@@ -107,6 +107,22 @@ def forget_unacked() -> None:
         redis.Redis.from_url(url).delete("unacked", "unacked_index")
 
 
+def forget_bells() -> None:
+    """Drop the doorbells (a2a_platform/lib/doorbell.py) the stopped workers' jobs held:
+    stopping a worker kills its pool's running jobs, and a drain killed while it lingered
+    leaves its bell held for up to its TTL, so a later test's first send would nudge a dead
+    holder instead of publishing a job. Dropping a bell is always safe: a live holder's next
+    refresh takes it back, and meanwhile a ring publishes one job more."""
+    url = settings.CELERY_BROKER_URL
+    if url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        keys = list(client.scan_iter(match="a2a:doorbell:*"))
+        if keys:
+            client.delete(*keys)
+
+
 def start_worker(
     log_dir: Path,
     name: str = "worker",
