@@ -38,7 +38,9 @@ is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Eac
 closed loop of --connections connections for --duration seconds after a --warmup run. The
 platform's figures are durable: the task, its events and its outbox rows are committed before
 the answer that depends on them. Printed: req/s, p50/p99, the load generator's CPU use (it
-must not be the bottleneck), and the platform/SDK ratio against the targets of issue 19.
+must not be the bottleneck), each core's busy and stolen share during the run (steal: time
+the hypervisor gave to others while the core had work; runs whose steal differs are not
+the same machine), and the platform/SDK ratio against the targets of issue 19.
 
 `--profile DIR`: py-spy (pip install py-spy; it needs ptrace, so root or CAP_SYS_PTRACE)
 samples each server process (a Celery worker with its pool children) through every measured
@@ -161,6 +163,31 @@ def cpu_by_role(roles: dict[str, int]) -> dict[str, float]:
     return used
 
 
+def core_times() -> dict[str, list[int]]:
+    """Each core's time so far, in ticks, from /proc/stat: user, nice, system, idle, iowait,
+    irq, softirq, steal."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    return {
+        name: [int(v) for v in rest[:8]]
+        for name, *rest in (line.split() for line in lines)
+        if name.startswith("cpu") and name[3:].isdigit()
+    }
+
+
+def core_use(before: dict[str, list[int]], after: dict[str, list[int]]) -> str:
+    """Per core, over a run: the share busy and the share the hypervisor stole (steal: the
+    core was ready to run but the host ran something else; a run whose steal moves moves
+    with it, whatever the code does)."""
+    parts = []
+    for name, end in after.items():
+        delta = [b - a for a, b in zip(before.get(name, end), end, strict=True)]
+        total = sum(delta) or 1
+        idle, iowait, steal = delta[3], delta[4], delta[7]
+        busy = total - idle - iowait - steal
+        parts.append(f"{name} busy {busy / total:.0%} steal {steal / total:.0%}")
+    return ", ".join(parts)
+
+
 def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: str) -> dict:
     """One closed-loop wrk run; also the CPU seconds wrk used (user + system)."""
     cmd = [*pinned(cpu), "wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:.0f}s"]
@@ -195,10 +222,10 @@ def measure(
     db = getattr(args, "pg_db", None) if roles and "postgres" in roles else None
     if db:
         reset_statements(db)
-    before = cpu_by_role(roles or {})
+    before, cores = cpu_by_role(roles or {}), core_times()
     with profiling(name, args, roles or {}):
         r = wrk(url, args, cpu=cpu, **kw)
-    after = cpu_by_role(roles or {})
+    after, cores = cpu_by_role(roles or {}), core_use(cores, core_times())
     if r["errors"] and "script" not in kw:
         sample = httpx.get(url, headers={"A2A-Version": "1.0", **_auth(kw)}, timeout=30)
         print(f"  ({name}: a sample refusal: {sample.status_code} {sample.text[:200]!r})")
@@ -212,6 +239,7 @@ def measure(
         total = sum(per.values())
         parts = ", ".join(f"{role} {ms:.2f}" for role, ms in per.items())
         print(f"    server CPU per request: {total:.2f} ms ({parts})", flush=True)
+        print(f"    cores: {cores}", flush=True)
         r["cpu_ms"] = per
     if db and r["requests"]:
         statements_per_request(db, r["requests"])
