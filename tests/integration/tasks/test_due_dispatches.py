@@ -8,6 +8,7 @@ The broker is the test's real Redis: the queue is read to count what was publish
 """
 
 import base64
+import contextlib
 import json
 import re
 import threading
@@ -127,16 +128,15 @@ def test_a_helper_stopped_with_work_left_rings_for_a_drain(agent, broker):
     assert run_due(worker="w2") == 1
 
 
-def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, broker):
-    """A drain job out of work lingers with the bell held: tasks sent meanwhile publish no
-    job, nudge it, and it runs them while it still holds the bell (not in its claim after the
-    release, at its deadline here: the linger is longer). Then the next task rings for a job
-    again."""
+@contextlib.contextmanager
+def lingering_drain(broker, **kwargs):
+    """A drain (`run_due(worker="w1", **kwargs)`) in a thread; yields (the token it holds the
+    bell with, the list its count is appended to once it returns), and joins it at the end."""
     ran: list[int] = []
 
     def drain() -> None:
         try:
-            ran.append(run_due(worker="w1", linger=60, seconds=5))
+            ran.append(run_due(worker="w1", **kwargs))
         finally:
             connection.close()
 
@@ -149,17 +149,29 @@ def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, bro
             ),
             message="the drain holds the bell",
         )
-        tasks = [send(agent, f"m{i}") for i in range(3)]
-        for task in tasks:
-            processes.wait_until(
-                lambda task=task: Task.objects.get(pk=task.pk).task_state == S.COMPLETED,
-                message="the drain ran the task",
-            )
-        assert broker.get(BELL) == held  # run on its nudges, the bell still held
-        assert published(broker) == []  # nudges, no job
+        yield held, ran
     finally:
         thread.join(30)
     assert not thread.is_alive()
+
+
+def wait_completed(task: Task) -> None:
+    processes.wait_until(
+        lambda: Task.objects.get(pk=task.pk).task_state == S.COMPLETED,
+        message="the drain ran the task",
+    )
+
+
+def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, broker):
+    """A drain job out of work lingers with the bell held: tasks sent meanwhile publish no
+    job, nudge it, and it runs them while it still holds the bell (not in its claim after the
+    release, at its deadline here: the linger is longer). Then the next task rings for a job
+    again."""
+    with lingering_drain(broker, linger=60, seconds=5) as (held, ran):
+        for task in [send(agent, f"m{i}") for i in range(3)]:
+            wait_completed(task)
+        assert broker.get(BELL) == held  # run on its nudges, the bell still held
+        assert published(broker) == []  # nudges, no job
     assert ran == [3]
     assert broker.get(BELL) is None
     send(agent, "after")
@@ -170,34 +182,11 @@ def test_a_drain_lingering_longer_than_the_bells_ttl_keeps_holding_it(agent, bro
     """A linger (A2A_DISPATCH_DRAIN_LINGER_SECONDS) longer than the bell's TTL: the drain
     refreshes the bell while it waits, so a task sent after the TTL has passed still nudges
     it and publishes no job."""
-    ran: list[int] = []
-
-    def drain() -> None:
-        try:
-            ran.append(run_due(worker="w1", linger=3 * doorbell.RING_SECONDS, seconds=60))
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=drain)
-    thread.start()
-    try:
-        held = processes.wait_until(
-            lambda: (
-                (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode()) and token
-            ),
-            message="the drain holds the bell",
-        )
+    with lingering_drain(broker, linger=3 * doorbell.RING_SECONDS, seconds=60) as (held, ran):
         time.sleep(doorbell.RING_SECONDS + 0.5)  # the bell set before this would have expired
         assert broker.get(BELL) == held
-        task = send(agent, "late")
-        processes.wait_until(
-            lambda: Task.objects.get(pk=task.pk).task_state == S.COMPLETED,
-            message="the drain ran the task",
-        )
+        wait_completed(send(agent, "late"))
         assert published(broker) == []
-    finally:
-        thread.join(30)
-    assert not thread.is_alive()
     assert ran == [1]
     assert broker.get(BELL) is None
 
