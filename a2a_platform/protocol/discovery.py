@@ -61,8 +61,13 @@ class _Prepared(Response):
 
 # Served cards by (agent, its last edit, origin, root, capabilities): rendering goes through
 # protobuf, signing and the v0.3 models, far costlier than serving bytes. Keyed on everything
-# the card depends on, so never stale; re-recorded as served at most once a minute.
-_cards: TTLCache[ServedCard] = TTLCache(lambda: 300)
+# the card depends on, so never stale; re-recorded as served at most once a minute. Beside
+# them, under ("served", agent id), the card each agent was last served and what it was
+# chosen from: the agent's cached row and this instance's cached readiness (each the same
+# object until its own cache replaces it), the event hub's state and the origin. While all
+# are the same, the same card is served without working out its capabilities and key again
+# on every request (clearing the cache clears both).
+_cards: TTLCache = TTLCache(lambda: 300)
 
 
 async def card(request: Request, route: Route) -> Response:
@@ -81,22 +86,47 @@ async def card(request: Request, route: Route) -> Response:
             media_type="application/json",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
         )
-    caps = operations.capabilities(ctx, readiness)
-    # The capabilities are part of the key: a flip serves a new card (and a new ETag).
-    cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root, *caps.items())
-    cached = _cards.get(cache_key)
-    if cached is None or time.monotonic() - cached.recorded_at >= 60:
-        try:
-            cached = _cards.put(cache_key, await run_orm(lambda: _served_card(ctx, caps)))
-        except EmptyCardValue as exc:
-            logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
-            return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
+    hub_connected = operations.hub_connected()
+    chosen = (ctx.agent, readiness, hub_connected, ctx.origin, ctx.at_root)
+    last = _cards.get(("served", ctx.agent.pk))
+    if last is not None and _same_inputs(last[0], chosen) and _fresh(last[1]):
+        cached = last[1]
+    else:
+        caps = operations.capabilities(ctx, readiness, hub=hub_connected)
+        # The capabilities are part of the key: a flip serves a new card (and a new ETag).
+        cache_key = (ctx.agent.pk, ctx.agent.updated_at, ctx.origin, ctx.at_root, *caps.items())
+        cached = _cards.get(cache_key)
+        if cached is None or not _fresh(cached):
+            try:
+                cached = _cards.put(cache_key, await run_orm(lambda: _served_card(ctx, caps)))
+            except EmptyCardValue as exc:
+                logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
+                return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
+        _cards.put(("served", ctx.agent.pk), (chosen, cached))
     common.card_version_served(ctx.agent.pk, cached.version)
-    if_none_match = request.headers.get("if-none-match")
+    if_none_match = _header(request, b"if-none-match")
     # Each response its own copy of the lines: one that adds a header changes no other.
     if if_none_match and cached.etag in [t.strip() for t in if_none_match.split(",")]:
         return _Prepared(304, [*cached.not_modified_headers])
     return _Prepared(200, [*cached.ok_headers], cached.body)
+
+
+def _same_inputs(last: tuple, now: tuple) -> bool:
+    agent, readiness, *rest = last
+    return agent is now[0] and readiness is now[1] and rest == list(now[2:])
+
+
+def _fresh(served: ServedCard) -> bool:
+    """Re-recorded as served at most once a minute (card_version_record)."""
+    return time.monotonic() - served.recorded_at < 60
+
+
+def _header(request: Request, name: bytes) -> str | None:
+    """A request header's first value, read off the scope's lines (no Headers mapping)."""
+    for key, value in request.scope["headers"]:
+        if key == name:  # ASGI servers send header names lowercased
+            return value.decode("latin-1")
+    return None
 
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> ServedCard:

@@ -333,10 +333,17 @@ async def delete_push_config(ctx: Ctx, params: Params) -> dict:
 # --- Cards ---------------------------------------------------------------------------------
 
 
-def capabilities(ctx: Ctx, readiness) -> dict[str, bool]:
-    """The card's capabilities for this agent right now (the rule: agents.readiness)."""
-    # Streams ride this process's event hub (read in the event loop that runs it).
-    caps = agent_capabilities(ctx.agent, readiness, hub_connected=get_hub().connected)
+def hub_connected() -> bool:
+    """Whether this process's event hub is connected: streams ride it (read in the event loop
+    that runs it)."""
+    return get_hub().connected
+
+
+def capabilities(ctx: Ctx, readiness, *, hub: bool | None = None) -> dict[str, bool]:
+    """The card's capabilities for this agent right now (the rule: agents.readiness); `hub`:
+    hub_connected(), when the caller has read it already."""
+    connected = hub_connected() if hub is None else hub
+    caps = agent_capabilities(ctx.agent, readiness, hub_connected=connected)
     return {name: cap.on for name, cap in caps.items()}
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 
-from a2a_platform.protocol import context
-from agents.models import AuthMode
+from a2a_platform.protocol import context, discovery
+from agents.models import AuthMode, WorkerHeartbeat
 from agents.services import agent_save, api_key_create, api_key_revoke
 from agents.signing import active_signing_key, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
@@ -58,3 +58,28 @@ def test_signing_keys_changed_in_this_process_sign_here_at_once(transactional_db
 
     signing_key_retire(key_id=old.pk)
     assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [new.kid]
+
+
+def test_a_card_served_again_is_chosen_anew_once_readiness_is_read_again(wire, settings):
+    """The card endpoint keeps each agent's last served card beside what it was chosen from
+    (discovery._cards, under ("served", agent id)) and serves it again while the agent's
+    cached row and this instance's cached readiness are the same objects. A new readiness
+    reading chooses again: here the delivery worker gone turns pushNotifications off."""
+    settings.A2A_AGENT_CACHE_SECONDS = 60
+    settings.A2A_READINESS_CACHE_SECONDS = 60
+    agent = AgentFactory(push_notifications_enabled=True)
+    card = f"/{agent.slug}/.well-known/agent-card.json"
+    first = wire.request("GET", card)
+    assert first.json()["capabilities"]["pushNotifications"] is True
+    assert discovery._cards.get(("served", agent.pk)) is not None
+    again = wire.request("GET", card)
+    assert (again.headers["etag"], again.content) == (first.headers["etag"], first.content)
+
+    WorkerHeartbeat.objects.all().delete()  # no live worker on any queue
+    assert wire.request("GET", card).headers["etag"] == first.headers["etag"]  # still cached
+    settings.A2A_READINESS_CACHE_SECONDS = 0  # every request reads readiness afresh
+
+    after = wire.request("GET", card)
+    assert after.status_code == 200  # ready once: the card stays up, its capability flips
+    assert after.json()["capabilities"]["pushNotifications"] is False
+    assert after.headers["etag"] != first.headers["etag"]
