@@ -112,8 +112,9 @@ async def card(request: Request, route: Route) -> Response:
 
 
 def _same_inputs(last: tuple, now: tuple) -> bool:
-    agent, readiness, *rest = last
-    return agent is now[0] and readiness is now[1] and rest == list(now[2:])
+    """(agent, readiness, hub, origin, at_root): the first two the very same objects (each
+    replaced by its cache when it is read again), the rest equal."""
+    return last[0] is now[0] and last[1] is now[1] and last[2:] == now[2:]
 
 
 def _fresh(served: ServedCard) -> bool:

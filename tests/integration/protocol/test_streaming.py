@@ -808,3 +808,30 @@ def test_hub_state_flips_the_card_etag_and_readyz(agent, settings):
     assert ready[2]["checks"]["event_hub"]["ok"] is True
     assert not_ready[0] == 503
     assert not_ready[2]["checks"]["event_hub"] == {"ok": False, "detail": "not connected"}
+
+
+def test_hub_state_flips_the_card_while_the_agent_and_readiness_are_cached(agent, settings):
+    """The card served again while the agent's row and readiness are the same cached
+    objects (protocol/discovery.py) still follows the hub: it flips with it and back."""
+    settings.A2A_AGENT_CACHE_SECONDS = 60
+    settings.A2A_READINESS_CACHE_SECONDS = 60
+
+    async def get() -> tuple[str, dict]:
+        stream = await ASGIStream(application, "GET", "/.well-known/agent-card.json").open()
+        await asyncio.wait_for(stream.task, 10)
+        assert stream.status == 200
+        return stream.headers["etag"], json.loads(stream.raw)
+
+    async def scenario():
+        up, again = await get(), await get()
+        await get_hub().stop()
+        down = await get()
+        await get_hub().start()
+        return up, again, down, await get()
+
+    up, again, down, back = run(scenario)
+    assert up == again
+    assert up[1]["capabilities"]["streaming"] is True
+    assert down[1]["capabilities"]["streaming"] is False
+    assert down[0] != up[0]
+    assert back == up
