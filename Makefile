@@ -13,7 +13,7 @@ A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
 export A2A_WEBHOOK_ALLOWED_NETWORKS
 
-.PHONY: run test install browser lint format bench clean
+.PHONY: run test test-deep install browser lint format bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ browser:
 test: install browser
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
 	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
+
+# The rebind model (tests/integration/webhooks/test_rebind_model.py) at depth: many more
+# examples and steps than `make test` runs, new ones each run (nightly; tens of minutes).
+MODEL_EXAMPLES ?= 200
+MODEL_STEPS ?= 50
+test-deep: install
+	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_PROFILE=test A2A_MODEL_RANDOM=1 A2A_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
+	A2A_MODEL_STEPS=$(MODEL_STEPS) $(PY) -m pytest --timeout 0 \
+	tests/integration/webhooks/test_rebind_model.py $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

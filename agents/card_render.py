@@ -24,6 +24,15 @@ def agent_base_url(agent: Agent, origin: str, *, at_root: bool) -> str:
     return f"{origin}/" if at_root else f"{origin}/{agent.slug}"
 
 
+JWKS_PATH = "/.well-known/jwks.json"
+
+
+def jwks_url(base: str) -> str:
+    """The JWKS of the agent whose base URL (`agent_base_url`, or a webhook JWT's issuer) is
+    `base`: what the card, its extensions and every channel notice name."""
+    return base.split("/.well-known/", 1)[0].rstrip("/") + JWKS_PATH
+
+
 def _skills(agent: Agent) -> list[dict[str, Any]]:
     if agent.skills:
         return agent.skills
@@ -75,14 +84,14 @@ PUSH_CHANNEL_URI = "urn:a2a-platform:ext:push-channel:v1"
 
 def delivery_extension(agent: Agent, origin: str, *, at_root: bool) -> dict[str, Any]:
     """How this platform delivers push notifications, declared for clients (data only)."""
-    base = agent_base_url(agent, origin, at_root=at_root).rstrip("/")
+    base = agent_base_url(agent, origin, at_root=at_root)
     return {
         "uri": DELIVERY_EXTENSION_URI,
         "description": "Push notifications are durable and at-least-once, signed (Standard "
         "Webhooks v1a, Ed25519), ordered per task by X-A2A-Task-Seq",
         "params": {
             "guarantee": "durable, at-least-once",
-            "jwksUrl": f"{base}/.well-known/jwks.json",
+            "jwksUrl": jwks_url(base),
             "signature": "webhook-signature v1a (Ed25519) over webhook-id.webhook-timestamp.body",
             "dedupeHeader": "webhook-id",
             "orderHeader": "X-A2A-Task-Seq",

@@ -278,7 +278,8 @@ def _make(agent, indices: list[int], base_url: str, threads: int) -> list[str]:
             msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]}
             task = task_create(agent=agent, owner="bench", message=msg)
             config = {"url": f"{base_url}/hooks/v1/task-{i}", "id": "sink", "token": TOKEN}
-            push_config_create(task=task, config=config)
+            # The issuer the protocol stores (the agent's URL): a notice names the JWKS beside it.
+            push_config_create(task=task, config=config, issuer=f"http://127.0.0.1/{agent.slug}")
             task_transition(task_id=task.pk, to_state=WORKING)
             with lock:
                 ids.append(str(task.pk))

@@ -28,3 +28,6 @@ TERMINAL_STATES = frozenset(
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
 # A stream or blocking SendMessage stops waiting once the task is in one of these.
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+# The values as stored (for queries): the terminal states and the others (in flight).
+TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL_STATES))
+IN_FLIGHT_VALUES = tuple(s.value for s in TaskState if s not in TERMINAL_STATES)

@@ -37,6 +37,7 @@ from webhooks.models import (
     DeliveryAttempt,
     DeliveryState,
     Endpoint,
+    MoveState,
     OperatorAction,
     PushBinding,
     PushConfig,
@@ -634,12 +635,32 @@ _FORM_FIELD = {
 }
 
 
-class MoveInline(ReadOnlyInline):
-    model = ChannelMove
-    fields = ("task", "config", "state", "old_binding", "new_binding", "notice", "from_seq")
-    raw_id_fields = ("task", "config", "old_binding", "new_binding", "notice")
-    show_change_link = False
-    max_num = 0
+# The rebind's page shows these as they were asked for; what changes as it runs (its state,
+# deadline, counts, moves, times) is the console's, from its one payload (rebind_console.py),
+# so that nothing below the console still says "draining" once it is over.
+REBIND_REQUEST_FIELDS = (
+    "id",
+    "agent",
+    "rotate_key",
+    "move_from",
+    "move_to",
+    "move_origin",
+    "config",
+    "new_url",
+    "new_auth_scheme",
+    "replaces_credentials",
+    "client_binding",
+    "policy",
+    "in_flight_tasks",
+    "deadline_seconds",
+    "on_timeout",
+    "actor",
+    "forced",
+    "scheduled_for",
+    "old_key",
+    "new_key",
+    "created_at",
+)
 
 
 @admin.register(Rebind)
@@ -660,9 +681,8 @@ class RebindAdmin(ReadOnlyAdmin):
     list_filter = ("state", "policy", "agent")
     list_select_related = ("agent",)
     # A read-only field is rendered whatever `exclude` says: the secrets are left out here.
-    readonly_fields = [f.name for f in Rebind._meta.fields if f.name not in SECRET_FIELDS]
+    fields = readonly_fields = [f for f in REBIND_REQUEST_FIELDS if f not in SECRET_FIELDS]
     exclude = ("new_token_encrypted", "new_credentials_encrypted")
-    inlines = [MoveInline]
     actions = ["advance", "cut_over", "abort"]
     change_list_template = "admin/webhooks/rebind/change_list.html"
     # The stock read-only form below a console: chips, progress, countdown, the live list of
@@ -703,7 +723,14 @@ class RebindAdmin(ReadOnlyAdmin):
         extra = dict(extra_context or {})
         if rebind is not None and self.has_view_permission(request, rebind):
             extra.update(self._console_context(request, rebind))
+            # The heading and the window's title from the payload (the JS keeps them live);
+            # the row's str() names the state as stored ("cut_over") and goes stale.
+            extra["subtitle"] = extra["console"]["title"]
         return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    @admin.display(description="in-flight tasks")
+    def in_flight_tasks(self, obj: Rebind) -> str:
+        return rebind_console.in_flight_text(obj)
 
     def live_view(self, request, object_id):
         """The console's JSON, polled by webhooks/static/webhooks/rebind_page.js."""
@@ -730,6 +757,11 @@ class RebindAdmin(ReadOnlyAdmin):
         operation = rebind_console.ACTIONS[action]
         if not rebind_machine.can(operation, rebind.state):
             exc = IllegalRebindTransition(operation, rebind.state)
+            if action == "replay_notice":
+                exc = (
+                    "a notice is replayed only while the rebind drains; it is "
+                    f"{rebind_console.state_label(rebind.state)}"
+                )
             self.message_user(request, f"rebind {rebind.pk}: {exc}", messages.ERROR)
             return HttpResponseRedirect(back)
         data = request.POST if request.method == "POST" else request.GET
@@ -755,6 +787,7 @@ class RebindAdmin(ReadOnlyAdmin):
             "action_url": request.path,
             "task_url": reverse("admin:tasks_task_changelist"),
             "title": f"Confirm: {plan.summary.split(':')[0]}",
+            "delivery_url": reverse("admin:webhooks_delivery_changelist"),
         }
         return TemplateResponse(request, "admin/webhooks/rebind/action_confirm.html", context)
 
@@ -766,8 +799,18 @@ class RebindAdmin(ReadOnlyAdmin):
         if plan.action == "finish_on_old":
             n = rebinds.rebind_moves_finish_on_old(rebind.pk, move_pks=plan.move_pks, actor=actor)
             return f"{n} task(s) left to finish on the old channel"
+        if plan.action == "replay_notice":
+            # The deliveries admin's replay (audited there as `replay_deliveries`).
+            outcome = delivery_actions.delivery_replay_explained(
+                event_ids=plan.notices, actor=actor
+            )
+            done = f"{outcome.replayed} of {outcome.requested} dead notice(s) replayed"
+            if outcome.skipped:
+                done += f"; not replayed: {_skipped_text(outcome.skipped)}"
+            return done
         if plan.action == "cut_over":
-            return f"cut over ({rebinds.rebind_cutover(rebind.pk, actor=actor).state})"
+            done = rebinds.rebind_cutover(rebind.pk, actor=actor)
+            return rebind_console.state_label(done.state)
         if plan.action == "extend":
             done = rebinds.rebind_extend(rebind.pk, seconds=plan.seconds, actor=actor)
             return f"deadline extended by {plan.minutes} min, to {exact_time(done.deadline)}"
@@ -913,9 +956,15 @@ class ChannelMoveAdmin(ReadOnlyAdmin):
 
     @admin.display(description="notice")
     def notice_state(self, obj: ChannelMove) -> str:
-        if obj.notice is None:
+        notice = obj.notice
+        if notice is None:
             return "-"
-        return obj.notice.state + (f" ({obj.notice.last_error})" if obj.notice.last_error else "")
+        said = [f"HTTP {notice.last_status}"] if notice.last_status else []
+        said += [notice.last_error] if notice.last_error else []
+        text = notice.get_state_display() + (f" ({'; '.join(said)})" if said else "")
+        if notice.state == DeliveryState.DEAD and obj.state == MoveState.NOTICE_PENDING:
+            return format_html('<strong class="a2a-dead">{}: task stuck on old</strong>', text)
+        return text
 
     def has_run_rebind_permission(self, request) -> bool:
         return request.user.has_perm("webhooks.run_rebind")
@@ -969,17 +1018,39 @@ class TaskChannelsAdmin(TaskAdmin):
                 for v in history["versions"]
             ),
         )
+        # The receiver's last answer to each notice (its status and body, as the deliveries
+        # admin's attempt timeline shows it): a dead notice keeps its task on the old channel.
+        answers = rebind_console.notice_answers(n["id"] for n in history["notices"])
+        notice_of = {n["id"]: n for n in history["notices"]}
+        delivery_url = reverse("admin:webhooks_delivery_changelist")
+        rebind_url = reverse("admin:webhooks_rebind_changelist")
+
+        def move_state(m) -> str:
+            notice = notice_of.get(m["notice"])
+            label = MoveState(m["state"]).label if m["state"] in MoveState.values else m["state"]
+            if m["state"] == MoveState.NOTICE_PENDING and notice and notice["state"] == "dead":
+                said = rebind_console.answer_text(answers.get(m["notice"]))
+                return format_html(
+                    '<strong class="a2a-dead">stuck on the old channel: its notice was '
+                    "dead-lettered</strong>{}",
+                    f" ({said})" if said else "",
+                )
+            return label
+
         moves = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>v{} → v{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td></tr>",
+            '<tr data-state="{}"><td><a href="{}{}/change/">{}</a></td><td>{}</td>'
+            "<td>v{} → v{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
+                    m["state"],
+                    rebind_url,
+                    m["rebindId"],
                     m["rebindId"][:8],
                     m["configId"],
                     m["fromVersion"],
                     m["toVersion"] if m["toVersion"] is not None else "-",
-                    m["state"],
+                    move_state(m),
                     m["notice"] or "-",
                     exact_time(m["createdAt"]),
                     exact_time(m["finishedAt"]),
@@ -989,14 +1060,22 @@ class TaskChannelsAdmin(TaskAdmin):
         )
         notices = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}.v{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            '<tr data-state="{}"><td><a href="{}?q={}">{}</a></td><td>{}</td><td>{}.v{}</td>'
+            '<td class="{}">{}</td><td>{}</td><td class="c-answer">{}</td><td>{}</td>'
+            "<td>{}</td></tr>",
             (
                 (
+                    n["state"],
+                    delivery_url,
+                    n["id"],
                     n["id"],
                     n["kind"],
                     n["configId"],
                     n["version"],
-                    n["state"],
+                    "a2a-dead" if n["state"] == DeliveryState.DEAD else "",
+                    DeliveryState(n["state"]).label,
+                    n["attempts"],
+                    rebind_console.answer_text(answers.get(n["id"])) or "-",
                     n["lastError"] or "-",
                     exact_time(n["createdAt"]),
                 )
@@ -1012,8 +1091,9 @@ class TaskChannelsAdmin(TaskAdmin):
             "<th>rebind</th><th>config</th><th>versions</th><th>state</th><th>notice</th>"
             "<th>made</th><th>finished</th></tr></thead><tbody>{}</tbody></table>"
             '<table id="channel-notices"><caption>channel notices</caption><thead><tr>'
-            "<th>notice</th><th>kind</th><th>on</th><th>state</th><th>last error</th>"
-            "<th>made</th></tr></thead><tbody>{}</tbody></table></div>",
+            "<th>notice</th><th>kind</th><th>on</th><th>state</th><th>attempts</th>"
+            "<th>receiver's last answer</th><th>last error</th><th>made</th></tr></thead>"
+            "<tbody>{}</tbody></table></div>",
             versions,
             moves,
             notices,

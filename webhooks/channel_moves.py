@@ -14,15 +14,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from agents.card_render import PUSH_CHANNEL_URI
+from agents.card_render import PUSH_CHANNEL_URI, agent_base_url, jwks_url
 from tasks import wire
 from tasks.models import Task
 from tasks.services import task_extension_metadata_set
 from webhooks import heads
 from webhooks.bindings import binding_create, body_bytes, normalize_origin, snapshot_delivery
+from webhooks.errors import NoticeIncomplete
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
     ChannelMove,
@@ -50,7 +52,10 @@ def activate(move_pks: Collection[int], now: datetime, *, refresh_heads: bool = 
         state=MoveState.MOVED, finished_at=now
     )
     bindings = [binding for _, _, binding in rows if binding is not None]
-    PushBinding.objects.filter(pk__in=bindings, activated_at__isnull=True).update(activated_at=now)
+    # A version is never activated after it was retired (a withdrawn or replaced one).
+    PushBinding.objects.filter(
+        pk__in=bindings, activated_at__isnull=True, retired_at__isnull=True
+    ).update(activated_at=now)
     Delivery.objects.filter(binding_id__in=bindings, state=DeliveryState.HELD).update(
         state=DeliveryState.PENDING, next_attempt_at=now
     )
@@ -86,11 +91,15 @@ def channel_name(config: PushConfig, version: int) -> str:
     return f"{config.config_id}.v{version}"
 
 
-def jwks_url_of(binding: PushBinding) -> str:
-    """The JWKS beside the card the client reached (the binding's issuer), if it is known."""
-    issuer = binding.issuer
-    marker = "/.well-known/"
-    return issuer.split(marker, 1)[0] + marker + "jwks.json" if marker in issuer else ""
+def jwks_url_of(binding: PushBinding, agent) -> str:
+    """The agent's JWKS as the client reached it: beside the binding's issuer (the agent's
+    base URL the config was registered at), else beside the agent's public URL
+    (A2A_PUBLIC_BASE_URL); "" when neither is known (such a notice is never sent)."""
+    if binding.issuer:
+        return jwks_url(binding.issuer)
+    if settings.A2A_PUBLIC_BASE_URL:
+        return jwks_url(agent_base_url(agent, settings.A2A_PUBLIC_BASE_URL, at_root=False))
+    return ""
 
 
 def _path_prefix(url: str, prefix: str) -> str:
@@ -121,6 +130,15 @@ def notice_body(
 ) -> str:
     """A channel notice: a TaskStatusUpdateEvent with the task's unchanged status and the
     payload under the extension's URI (docs/webhooks-receiving.md, "Rebinds")."""
+    jwks = jwks_url_of(old, task.agent)
+    if kind == CHANNEL_CHANGED and not jwks:
+        raise NoticeIncomplete(
+            config.config_id,
+            "the agent's JWKS URL is unknown (the config was registered without the agent's "
+            "URL; set A2A_PUBLIC_BASE_URL)",
+        )
+    if kind == CHANNEL_CHANGED and not channels.new_key_ids:
+        raise NoticeIncomplete(config.config_id, "no key signs on the new channel")
     payload: dict[str, Any] = {
         "notice": kind,
         "rebindId": str(channels.rebind_pk),
@@ -130,8 +148,9 @@ def notice_body(
             "keyIds": channels.old_key_ids,
         },
         "fromSeq": from_seq,
-        "jwksUrl": jwks_url_of(old),
     }
+    if jwks:  # a final (orphaned) notice names no new keys: it is usable without it
+        payload["jwksUrl"] = jwks
     if new is not None and kind == CHANNEL_CHANGED:
         payload["newChannel"] = {
             "version": channel_name(config, new.version),
@@ -233,7 +252,9 @@ def move_configs(
     rows = []
     for _, config in items:
         config.current_version += 1
-        fields = new_fields(old_of[config.pk])
+        # A version still waiting (another move's, a client's re-registration) is where the
+        # task was heading: the new version starts from it, not from the one it leaves.
+        fields = new_fields(waiting_of.get(config.pk) or old_of[config.pk])
         origin = normalize_origin(fields["url"])
         if origin not in endpoints:
             endpoints[origin], _ = Endpoint.objects.get_or_create(origin=origin)
@@ -250,11 +271,6 @@ def move_configs(
     for pk, waiting in waiting_of.items():
         if pk in new_of:
             _replace_waiting(waiting, new_of[pk], f"replaced by rebind {rebind_pk}", now)
-    if snapshot:
-        for task, config in items:
-            snapshot_delivery(
-                config=config, binding=new_of[config.pk], task=task, now=now, held=True
-            )
     if orphan:
         _supersede(
             Delivery.objects.filter(
@@ -286,6 +302,11 @@ def move_configs(
         )
         for task, config in items
     )
+    if snapshot:  # after the notice: a config's deliveries go in id order
+        for task, config in items:
+            snapshot_delivery(
+                config=config, binding=new_of[config.pk], task=task, now=now, held=True
+            )
     heads.refresh(config_pks)
     moves = ChannelMove.objects.bulk_create(
         ChannelMove(
@@ -385,15 +406,52 @@ def rebind_orphan(move: ChannelMove, *, task: Task, now: datetime) -> None:
     heads.refresh([move.config_id])
     move.state, move.finished_at = MoveState.REBOUND, now
     move.save(update_fields=["state", "finished_at"])
+    _unmark_orphaned(task, move.config)
+
+
+def _unmark_orphaned(task: Task, config: PushConfig) -> None:
+    """The task's orphan mark loses this config (and goes when none is left)."""
     entry = dict((task.metadata or {}).get(PUSH_CHANNEL_URI) or {})
-    left = [
-        c for c in entry.get("orphanedChannels", []) if c.get("configId") != move.config.config_id
-    ]
+    channels = entry.get("orphanedChannels", [])
+    left = [c for c in channels if c.get("configId") != config.config_id]
+    if len(left) == len(channels):
+        return
     task_extension_metadata_set(
         task=task,
         uri=PUSH_CHANNEL_URI,
         value={"orphaned": True, "orphanedChannels": left} if left else None,
     )
+
+
+def orphan_reregistered(task: Task, config: PushConfig, now: datetime) -> None:
+    """The client registered an orphaned config again (same id): its registration is the
+    re-bind. The cutover's waiting version is never activated (the caller retires it), what
+    was held for it is superseded by the registration's snapshot, its move is `rebound` and
+    the task's orphan mark loses the config. Inside the registration's transaction."""
+    moves = ChannelMove.objects.filter(config=config, state=MoveState.ORPHANED)
+    waiting = list(moves.exclude(new_binding=None).values_list("new_binding_id", flat=True))
+    if not waiting:
+        return
+    _supersede(
+        Delivery.objects.filter(binding_id__in=waiting, state=DeliveryState.HELD),
+        "replaced by the client's re-registration of the orphaned config",
+        now,
+    )
+    moves.update(state=MoveState.REBOUND, finished_at=now)
+    _unmark_orphaned(task, config)
+
+
+def config_deleted(task: Task, config: PushConfig, now: datetime) -> None:
+    """The client deleted `config`: its moves still open (waiting for a notice, finishing on
+    old, orphaned) end `config_deleted` and the task's orphan mark loses it, so no later
+    operation (finish on old, cut over, re-bind) acts on a channel the client asked to stop,
+    and a later registration of the same id starts afresh. Inside the deletion's
+    transaction."""
+    ChannelMove.objects.filter(
+        config=config,
+        state__in=[MoveState.NOTICE_PENDING, MoveState.FINISHING_ON_OLD, MoveState.ORPHANED],
+    ).update(state=MoveState.CONFIG_DELETED, finished_at=now)
+    _unmark_orphaned(task, config)
 
 
 def release_late_held(limit: int = 1000) -> int:

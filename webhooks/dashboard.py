@@ -25,7 +25,6 @@ from django.utils import timezone
 from a2a_platform.lib.checks import check_broker
 from agents import readiness as gate
 from agents.models import Agent, WebInstance, WorkerHeartbeat
-from tasks.states import TERMINAL_STATES
 from webhooks.models import (
     ON_OLD_MOVE_STATES,
     OPEN_REBIND_STATES,
@@ -37,6 +36,7 @@ from webhooks.models import (
     Endpoint,
     MoveState,
     Rebind,
+    still_on_old_version,
 )
 
 MINUTES = 60  # the per-minute chart's window
@@ -256,12 +256,7 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
             .values("rebind_id", "state")
             .annotate(
                 n=Count("id"),
-                # As selectors.rebind_counts: a deleted config holds nothing on the old version.
-                live=Count(
-                    "id",
-                    filter=Q(config__deleted_at__isnull=True)
-                    & ~Q(task__state__in=[s.value for s in TERMINAL_STATES]),
-                ),
+                live=Count("id", filter=still_on_old_version()),
             )
             .order_by()
         )

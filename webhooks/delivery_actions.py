@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webhooks import heads
-from webhooks.models import Delivery, DeliveryState, OperatorAction
+from webhooks.models import Delivery, DeliveryState, OperatorAction, notice_no_longer_awaited
 from webhooks.services import delivery_replay
 from webhooks.wake import wake_on_commit
 
@@ -30,6 +30,7 @@ class Skipped:
 
     id: uuid.UUID
     reason: str  # not_found | not_waiting | due | endpoint_paused | config_deleted | not_replayable
+    # | notice_not_awaited
     message: str
 
 
@@ -115,6 +116,13 @@ def _replay_refusal(delivery: Delivery | None, eid: uuid.UUID) -> Skipped | None
             eid,
             "not_replayable",
             f"{delivery.state}: only dead-lettered or delivered deliveries are replayed",
+        )
+    if Delivery.objects.filter(notice_no_longer_awaited(), pk=delivery.pk).exists():
+        return Skipped(
+            eid,
+            "notice_not_awaited",
+            "a rebind notice whose move no longer waits for it (moved, aborted, cut over): "
+            "it would announce a channel that is not coming",
         )
     return None
 

@@ -51,3 +51,13 @@ class RebindNotFound(WebhookError):
     def __init__(self, pk: object) -> None:
         self.pk = pk
         super().__init__(f"no rebind {pk}")
+
+
+class NoticeIncomplete(WebhookError):
+    """A channel notice that a strict receiver could not use (no JWKS URL to name, no key for
+    the new channel): it is never sent; the rebind stops (aborted) with this as its reason."""
+
+    def __init__(self, config_id: str, missing: str) -> None:
+        self.config_id = config_id
+        self.missing = missing
+        super().__init__(f"the notice for config {config_id} cannot be made complete: {missing}")

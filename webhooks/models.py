@@ -13,6 +13,8 @@ import uuid
 
 from django.db import models
 
+from tasks.states import IN_FLIGHT_VALUES
+
 # A config id is a path segment of the REST binding and part of the X-A2A-Binding-Version
 # header: URL-unreserved characters only, and not "." or "..", which clients resolve away.
 CONFIG_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,255}")
@@ -321,11 +323,24 @@ class MoveState(models.TextChoices):
     FINISHING_ON_OLD = "finishing_on_old", "finishing on the old channel"
     FINISHED_ON_OLD = "finished_on_old", "finished on the old channel"
     ORPHANED = "orphaned", "orphaned (cut over)"
-    REBOUND = "rebound", "orphan re-bound by an operator"
+    REBOUND = "rebound", "orphan re-bound (by an operator or the client)"
     REVERTED = "reverted", "reverted (rebind aborted before the move)"
+    CONFIG_DELETED = "config_deleted", "ended: the client deleted the config"
 
 
 ON_OLD_MOVE_STATES = (MoveState.NOTICE_PENDING, MoveState.FINISHING_ON_OLD)
+
+
+def still_on_old_version() -> models.Q:
+    """The one rule for "still on the old version" (the moves that keep a rebind open; what
+    the drain, the counts, the console, the dashboard and the API count): a move waiting for
+    its notice, whatever its task's state (what the task emitted meanwhile is held for the new
+    version until the notice is delivered), or a task finishing on the old channel that is
+    still in flight; never a deleted config's (its client asked to stop)."""
+    return models.Q(config__deleted_at__isnull=True) & (
+        models.Q(state=MoveState.NOTICE_PENDING)
+        | models.Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT_VALUES)
+    )
 
 
 class ChannelMove(models.Model):
@@ -360,3 +375,13 @@ class ChannelMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.config_id}: {self.state}"
+
+
+def notice_no_longer_awaited() -> models.Q:
+    """Notices whose move no longer waits for them (delivered, withdrawn by an abort, a
+    "move now" or "finish on old", replaced by a cutover's final notice): replaying one would
+    announce a channel that is not coming. Deliveries of any other kind never match."""
+    awaited = ChannelMove.objects.filter(
+        notice=models.OuterRef("pk"), state=MoveState.NOTICE_PENDING
+    )
+    return models.Q(kind="notice") & ~models.Q(models.Exists(awaited))

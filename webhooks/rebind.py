@@ -46,12 +46,12 @@ from agents.signing import (
     signing_key_withdraw,
 )
 from tasks.models import Task
-from tasks.states import TERMINAL_STATES, TaskState
+from tasks.states import TERMINAL_STATES, TERMINAL_VALUES
 from webhooks import channel_moves, heads, rebind_machine
 from webhooks.bindings import copied_fields, normalize_origin
 from webhooks.channel_moves import Channels
 from webhooks.endpoint_health import alert_raise
-from webhooks.errors import RebindNotFound
+from webhooks.errors import NoticeIncomplete, RebindInvalid, RebindNotFound
 from webhooks.models import (
     ON_OLD_MOVE_STATES,
     OPEN_DELIVERY_STATES,
@@ -67,6 +67,7 @@ from webhooks.models import (
     PushConfig,
     Rebind,
     RebindState,
+    still_on_old_version,
 )
 from webhooks.rebind_checks import (
     RebindRequest,
@@ -81,8 +82,7 @@ from webhooks.wake import wake_on_commit
 logger = logging.getLogger(__name__)
 
 MONITOR_ACTOR = "system:rebind-monitor"
-TERMINAL = [s.value for s in TERMINAL_STATES]
-IN_FLIGHT = [s.value for s in TaskState if s not in TERMINAL_STATES]
+TERMINAL = TERMINAL_VALUES
 
 
 # --- reading a rebind's scope ----------------------------------------------------------------
@@ -257,34 +257,46 @@ def _unschedule(rebind: Rebind) -> None:
 
 
 def client_rebind_applies(task: Task, config: PushConfig) -> bool:
-    """A client re-registering a live config of an in-flight task under a drain policy moves
-    it in two phases (`client_rebind`); otherwise the new version takes over at once."""
-    return (
-        config.deleted_at is None
-        and task.agent.push_rebind_policy == PushChannelPolicy.DRAIN
-        and task.task_state not in TERMINAL_STATES
-        and config.bindings.filter(activated_at__isnull=False).exists()
-    )
+    """Whether a client re-registering `config` (same id) is announced on its old channel
+    (`client_rebind`): when the config is live, took deliveries on a version its receiver
+    trusts, and a notice can name the agent's JWKS. Otherwise the new version takes over at
+    once, unannounced: for a deleted config (the client chose a new channel itself) or an
+    orphaned one (its old channel was cut over: its receiver was told it is orphaned)."""
+    if (
+        config.deleted_at is not None
+        or config.moves.filter(state=MoveState.ORPHANED).exists()  # no channel to tell
+    ):
+        return False
+    old = config.bindings.filter(activated_at__isnull=False).order_by("-version").first()
+    return old is not None and bool(channel_moves.jwks_url_of(old, task.agent))
 
 
 def client_rebind(
     *, task: Task, config: PushConfig, fields: dict[str, Any], now: datetime
 ) -> PushBinding:
-    """The client re-registered `config` (same id): a one-config drain under the agent's
-    policy, inside the registration's transaction (task and config locked). The new version
-    opens with a held snapshot; a channel-changed notice goes out on the old one first."""
+    """The client re-registered `config` (same id): a one-config rebind, inside the
+    registration's transaction (task and config locked), announced by a channel-changed
+    notice on the old version. Under the drain policy, while the task is in flight, the new
+    version opens with a held snapshot released when the notice is delivered. Under the
+    cutover policy, or for a finished task (nothing more to hold), it takes over at once: the
+    notice still goes first (a config's deliveries go in order), then the snapshot."""
     agent = task.agent
+    at_once = (
+        agent.push_rebind_policy != PushChannelPolicy.DRAIN or task.task_state in TERMINAL_STATES
+    )
+    policy = PushChannelPolicy.CUTOVER if at_once else PushChannelPolicy.DRAIN
     rebind = Rebind.objects.create(
         agent=agent,
         config=config,
-        policy=PushChannelPolicy.DRAIN,
+        policy=policy,
         deadline_seconds=agent.push_rebind_deadline,
         deadline=now + timedelta(seconds=agent.push_rebind_deadline),
         on_timeout=agent.push_rebind_on_timeout,
         actor=f"client {task.owner}"[:150],
         reason="the client re-registered the config",
-        state=RebindState.DRAINING,
+        state=RebindState.COMPLETED if at_once else RebindState.DRAINING,
         started_at=now,
+        finished_at=now if at_once else None,
         activate_key_at=now,
         cutoff=now,
         moves_planned=True,
@@ -298,8 +310,12 @@ def client_rebind(
         now=now,
         snapshot=True,
     )
+    if at_once:
+        channel_moves.activate([move.pk], now)
     rebind.client_binding = move.new_binding
     rebind.save(update_fields=["client_binding"])
+    if at_once:
+        _refresh_counts(rebind)
     OperatorAction.record(
         rebind.actor, "rebind_client", {"rebind": str(rebind.pk), "config": config.config_id}
     )
@@ -333,16 +349,60 @@ def rebind_advance(pk: object) -> Rebind:
         _begin(rebind.pk)
         rebind = rebind_get(pk)
     if rebind.state in (RebindState.DRAINING, RebindState.CUT_OVER) and not rebind.moves_planned:
-        while not _plan_batch(rebind.pk):
-            pass
+        if not _plan_all(rebind.pk):
+            return rebind_get(pk)
         rebind = rebind_get(pk)
     if rebind.state == RebindState.DRAINING:
         _settle_finished_on_old(rebind)
         _drain_step(rebind.pk)
         rebind = rebind_get(pk)
+        _dead_notice_alert(rebind)
     _refresh_counts(rebind)
     _retire_old_key_when_due(rebind)
     return rebind_get(pk)
+
+
+def _plan_all(pk: object) -> bool:
+    """Plan every batch. A notice that cannot be made complete (NoticeIncomplete) is never
+    sent: the rebind is aborted with that reason (its batch rolled back), and False is
+    returned."""
+    try:
+        while not _plan_batch(pk):
+            pass
+    except NoticeIncomplete as exc:
+        logger.warning("rebind.notice_incomplete", extra={"rebind": str(pk), "why": str(exc)})
+        rebind_abort(pk, actor=MONITOR_ACTOR, reason=str(exc))
+        return False
+    return True
+
+
+def _dead_notice_alert(rebind: Rebind) -> None:
+    """One `rebind_notice_dead` alert per rebind while any of its notices is dead-lettered
+    (its task stays on the old version until an operator replays the notice, moves it, or
+    cuts over), naming the tasks; updated only when that list changes, resolved once none is
+    dead."""
+    dead = list(
+        ChannelMove.objects.filter(
+            rebind=rebind, state=MoveState.NOTICE_PENDING, notice__state=DeliveryState.DEAD
+        )
+        .order_by("id")
+        .values_list("task_id", flat=True)
+    )
+    open_alert = Alert.objects.filter(
+        kind=AlertKind.REBIND_NOTICE_DEAD, rebind=rebind, resolved_at__isnull=True
+    ).first()
+    if not dead:
+        if open_alert is not None:
+            Alert.objects.filter(pk=open_alert.pk).update(resolved_at=timezone.now())
+        return
+    more = f" and {len(dead) - 5} more" if len(dead) > 5 else ""
+    shown = ", ".join(str(t) for t in dead[:5]) + more
+    message = (
+        f"rebind {rebind.pk} of {rebind.agent.slug}: {len(dead)} notice(s) dead-lettered, "
+        f"task(s) still on the old channel: {shown}; replay the notice, move now or cut over"
+    )
+    if open_alert is None or open_alert.message != message[:500]:
+        alert_raise(AlertKind.REBIND_NOTICE_DEAD, None, message, rebind=rebind)
 
 
 def _begin(pk: object) -> None:
@@ -468,13 +528,8 @@ def _settle_finished_on_old(rebind: Rebind) -> None:
 
 
 def _on_old(rebind: Rebind):
-    """The moves that keep the rebind open: in-flight tasks still on an old version."""
-    # A config deleted meanwhile is on no version any more (its client asked to stop).
-    return ChannelMove.objects.filter(rebind=rebind, config__deleted_at__isnull=True).filter(
-        Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT)
-        | Q(state=MoveState.NOTICE_PENDING)
-        & (Q(task__state__in=IN_FLIGHT) | Q(notice__state__in=OPEN_DELIVERY_STATES))
-    )
+    """The moves that keep the rebind open (models.still_on_old_version)."""
+    return ChannelMove.objects.filter(still_on_old_version(), rebind=rebind)
 
 
 def _drain_step(pk: object) -> None:
@@ -606,8 +661,8 @@ def rebind_cutover(pk: object, *, actor: str) -> Rebind:
             rebind.save(update_fields=["policy", "activate_key_at"])
             _record(rebind, actor, "cut_over_requested")
         return rebind_advance(pk)
-    while not _plan_batch(pk):
-        pass
+    if not _plan_all(pk):
+        return rebind_get(pk)
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
         _cut_over(rebind, actor, timezone.now(), why="an operator cut it over")
@@ -643,7 +698,9 @@ def rebind_abort(pk: object, *, actor: str, reason: str = "") -> Rebind:
             if rebind.old_key_id:
                 rebind.old_key_retire_after = now + timedelta(seconds=retire_margin())
         rebind.finished_at = now
-        rebind.reason = (rebind.reason + f" | aborted: {reason}" if reason else rebind.reason)[:500]
+        if reason:
+            aborted = f"aborted: {reason}"
+            rebind.reason = (f"{rebind.reason} | {aborted}" if rebind.reason else aborted)[:500]
         rebind.save(update_fields=["state", "finished_at", "reason", "old_key_retire_after"])
         _record(rebind, actor, "abort", was=was, reason=reason)
         _refresh_counts(rebind)
@@ -735,33 +792,58 @@ def rebind_moves_now(pk: object, *, move_pks: list[int], actor: str) -> int:
         channel_moves.activate([m.pk for m in waiting], now)
         finishing = [m for m in moves if m.state == MoveState.FINISHING_ON_OLD]
         ChannelMove.objects.filter(pk__in=[m.pk for m in finishing]).delete()
-        channel_moves.move_configs(
-            rebind_pk=rebind.pk,
-            items=[(m.task, m.config) for m in finishing],
-            new_fields=_new_fields(rebind),
-            channels=_channels(rebind),
-            now=now,
-        )
+        try:
+            channel_moves.move_configs(
+                rebind_pk=rebind.pk,
+                items=[(m.task, m.config) for m in finishing],
+                new_fields=_new_fields(rebind),
+                channels=_channels(rebind),
+                now=now,
+            )
+        except NoticeIncomplete as exc:
+            raise RebindInvalid("moves", str(exc)) from None
         _record(rebind, actor, "move_now", moves=len(move_pks), changed=len(moves))
         wake_on_commit()
     return len(moves)
 
 
 def rebind_orphans(pk: object, *, actor: str) -> int:
-    """Re-bind a cut-over rebind's orphaned configs to their new version (each opens with a
-    snapshot of its task). Returns how many were re-bound."""
+    """Re-bind a cut-over rebind's orphaned configs of in-flight tasks to their new version
+    (each opens with a snapshot of its task). A version retired meanwhile (the client
+    registered the config again, or deleted it) is never activated; a finished task is not
+    re-bound (its client was told to GetTask): what its version held is superseded. Returns
+    how many were re-bound."""
     now = timezone.now()
     with transaction.atomic(durable=True):
         rebind = _lock(pk)
         rebind_machine.check("rebind_orphans", rebind.state)
+        # Only a version never retired is activated (a client's re-registration or a deleted
+        # config retired it); a terminal task is left as it is (its client has GetTask).
         moves = _locked_moves(
-            ChannelMove.objects.filter(rebind=rebind, state=MoveState.ORPHANED).select_related(
-                "new_binding"
+            ChannelMove.objects.filter(
+                rebind=rebind,
+                state=MoveState.ORPHANED,
+                new_binding__retired_at__isnull=True,
+                config__deleted_at__isnull=True,
             )
+            .exclude(task__state__in=TERMINAL)
+            .select_related("new_binding")
         )
         for move in moves:
             channel_moves.rebind_orphan(move, task=move.task, now=now)
+        # What a finished orphan's version held ends visibly: never sent, not re-bound.
+        Delivery.objects.filter(
+            state=DeliveryState.HELD,
+            binding__in=ChannelMove.objects.filter(
+                rebind=rebind, state=MoveState.ORPHANED, task__state__in=TERMINAL
+            ).values("new_binding"),
+        ).update(
+            state=DeliveryState.SUPERSEDED,
+            last_error="the task finished while orphaned: not re-bound (GetTask shows it)",
+            finished_at=now,
+        )
         _record(rebind, actor, "rebind_orphans", count=len(moves))
+        _refresh_counts(rebind)
         wake_on_commit()
     return len(moves)
 
@@ -806,12 +888,18 @@ def _retire_old_key_when_due(rebind: Rebind) -> None:
 
 def rebind_monitor() -> int:
     """The beat job's work: advance every open rebind, and the ended ones whose old key has
-    yet to retire. Returns how many it looked at."""
+    yet to retire or whose notices are still on their way (their stored counts follow the
+    notices: a cut-over's final ones go out after it ended). Returns how many it looked at."""
+    ended = [RebindState.COMPLETED, RebindState.CUT_OVER, RebindState.ABORTED]
     pks = list(
         Rebind.objects.filter(
             Q(state__in=OPEN_REBIND_STATES)
-            | Q(old_key__state=SigningKeyState.RETIRING)
-            & Q(state__in=[RebindState.COMPLETED, RebindState.CUT_OVER, RebindState.ABORTED])
+            | Q(state__in=ended)
+            & (
+                Q(old_key__state=SigningKeyState.RETIRING)
+                # Its stored counts still show notices on their way: refreshed until not.
+                | Q(counts__notices__pending__gt=0)
+            )
         ).values_list("pk", flat=True)
     )
     for pk in pks:

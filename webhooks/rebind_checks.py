@@ -21,7 +21,7 @@ from agents.signing import active_signing_key, published_signing_keys
 from tasks.states import TERMINAL_STATES, TaskState
 from webhooks.bindings import credentials_problem, normalize_origin
 from webhooks.errors import RebindConflict, RebindInvalid
-from webhooks.models import OPEN_REBIND_STATES, PushBinding, PushConfig, Rebind
+from webhooks.models import OPEN_REBIND_STATES, MoveState, PushBinding, PushConfig, Rebind
 from webhooks.ssrf import UnsafeDestination, check_url, parse_url
 
 TERMINAL = [s.value for s in TERMINAL_STATES]
@@ -56,12 +56,15 @@ class RebindRequest:
 
 
 def scope_filter(rebind: Rebind) -> Q:
-    """Configs whose current binding is on the old version of this rebind's scope."""
+    """Configs whose current binding is on the old version of this rebind's scope. An
+    orphaned config (cut over, waiting for `rebind-orphans`) is in no later rebind's scope:
+    it has no channel to announce a move on, and its own new version is where it goes
+    (docs/rebinds.md, "Any sequence of operations")."""
     q = Q(
         task__agent_id=rebind.agent_id,
         deleted_at__isnull=True,
         bindings__retired_at__isnull=True,  # its current binding: the one taking writes
-    )
+    ) & ~Q(moves__state=MoveState.ORPHANED)
     if rebind.config_id:
         q &= Q(pk=rebind.config_id)
     if rebind.move_from and not rebind.rotate_key:

@@ -2,32 +2,40 @@
 list of tasks still on the old version, and what each operator decision would do, in words,
 before it is confirmed. No writes here: the page's actions call webhooks/rebind.py.
 
-"Still on the old version" is what the dashboard and `selectors.rebind_counts` count: a move
-waiting for its notice or finishing on the old channel, of a live config, whose task is not
-terminal. Progress counts moves (one per config, so one per task unless a task has several
-configs), as the dashboard's bar does.
+"Still on the old version" is `webhooks.models.still_on_old_version()`, what the dashboard and
+`selectors.rebind_counts` count. Progress counts moves (one per config, so one per task unless a
+task has several configs), as the dashboard's bar does.
+
+One payload (`rebind_console`) is the page's only source: its title, state, facts, counts,
+progress, deadline and both lists are rendered from it and re-rendered from it together when
+it is polled, read in one snapshot so that they never disagree.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from tasks.states import TERMINAL_STATES
 from webhooks import rebind_machine
 from webhooks.models import (
-    ON_OLD_MOVE_STATES,
     ChannelMove,
     Delivery,
+    DeliveryAttempt,
+    DeliveryState,
     MoveState,
     Rebind,
+    RebindState,
+    still_on_old_version,
 )
+from webhooks.selectors import rebind_counts
 
 # The page's actions: name -> the rebind_machine operation it is.
 ACTIONS: dict[str, str] = {
@@ -36,10 +44,12 @@ ACTIONS: dict[str, str] = {
     "cut_over": "cut_over",
     "extend": "extend",
     "abort": "abort",
+    "replay_notice": "replay_notice",
 }
 ACTIONS_ON_SELECTED = ("move_now", "finish_on_old")
 MAX_ROWS = 500  # the live list's length; the page says how many more there are
 MAX_REASON = 300
+EXCERPT = 200  # of the receiver's answer to a notice, as the page shows it
 
 
 def scope_text(rebind: Rebind) -> str:
@@ -58,39 +68,154 @@ def legal_actions(state: str) -> dict[str, bool]:
 
 def on_old_moves(rebind: Rebind) -> QuerySet[ChannelMove]:
     """The rebind's moves still on the old version, oldest first."""
-    return (
-        ChannelMove.objects.filter(
-            rebind=rebind, state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True
-        )
-        .exclude(task__state__in=[s.value for s in TERMINAL_STATES])
-        .order_by("id")
+    return ChannelMove.objects.filter(still_on_old_version(), rebind=rebind).order_by("id")
+
+
+def stuck_moves(rebind: Rebind) -> QuerySet[ChannelMove]:
+    """The moves still on the old version because their notice dead-lettered: what "Replay
+    notice" re-opens (a dead notice whose move was decided otherwise is left dead)."""
+    return on_old_moves(rebind).filter(
+        state=MoveState.NOTICE_PENDING, notice__state=DeliveryState.DEAD
     )
+
+
+def _last_attempt(delivery: str) -> dict[str, Subquery]:
+    """The receiver's last answer to a delivery (`delivery`: the path to its pk), as three
+    annotations: what the deliveries admin's attempt timeline shows first."""
+    last = DeliveryAttempt.objects.filter(delivery=OuterRef(delivery)).order_by("-number")
+    return {
+        "answer_status": Subquery(last.values("status")[:1]),
+        "answer_excerpt": Subquery(last.values("response_excerpt")[:1]),
+        "answer_detail": Subquery(last.values("error_detail")[:1]),
+    }
+
+
+def _answer(obj: Any) -> dict[str, Any] | None:
+    """The annotated last answer: HTTP status (None without one), a body excerpt, the
+    failure in words; None when never tried."""
+    status, excerpt, detail = obj.answer_status, obj.answer_excerpt, obj.answer_detail
+    if status is None and not excerpt and not detail:
+        return None
+    excerpt = (excerpt or "").strip()
+    if len(excerpt) > EXCERPT:
+        excerpt = excerpt[: EXCERPT - 1] + "…"
+    return {"status": status, "excerpt": excerpt, "detail": detail or ""}
+
+
+def answer_text(answer: dict[str, Any] | None) -> str:
+    """ "HTTP 400: {"error": …}" (the task page and the confirmation say it so)."""
+    if not answer:
+        return ""
+    head = f"HTTP {answer['status']}" if answer["status"] is not None else answer["detail"]
+    return f"{head}: {answer['excerpt']}" if answer["excerpt"] else head
+
+
+def notice_answers(event_ids: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+    """Each notice's last answer by its event id (the task page's channel history): one
+    query."""
+    rows = Delivery.objects.filter(event_id__in=list(event_ids)).annotate(**_last_attempt("pk"))
+    return {str(d.event_id): _answer(d) for d in rows.only("event_id")}
+
+
+def _notice(m: ChannelMove) -> dict[str, Any] | None:
+    n = m.notice
+    if n is None:
+        return None
+    return {
+        "id": str(n.event_id),
+        "state": n.state,
+        "stateLabel": n.get_state_display(),
+        "dead": n.state == DeliveryState.DEAD,
+        "attempts": n.attempts,
+        "lastError": n.last_error,
+        "answer": _answer(m),
+    }
+
+
+def _move_label(m: ChannelMove, notice: dict[str, Any] | None) -> str:
+    if m.state == MoveState.NOTICE_PENDING and notice and notice["dead"]:
+        return "stuck on the old channel: its notice was dead-lettered"
+    return m.get_state_display()
+
+
+def _moves(rebind: Rebind, limit: int) -> list[dict[str, Any]]:
+    """Every move of the rebind (the page's moves list, oldest first): one query."""
+    moves = (
+        ChannelMove.objects.filter(rebind=rebind)
+        .select_related("config", "old_binding", "new_binding", "notice")
+        .annotate(**_last_attempt("notice"))
+        .order_by("id")[:limit]
+    )
+    rows = []
+    for m in moves:
+        notice = _notice(m)
+        rows.append(
+            {
+                "move": m.pk,
+                "task": str(m.task_id),
+                "config": m.config.config_id,
+                "versions": f"v{m.old_binding.version} → "
+                + (f"v{m.new_binding.version}" if m.new_binding else "-"),
+                "state": m.state,
+                "stateLabel": _move_label(m, notice),
+                "notice": notice,
+                "finishedAt": _iso(m.finished_at),
+            }
+        )
+    return rows
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _progress(rebind: Rebind) -> dict[str, Any]:
-    """Planned moves and those still on the old version (two aggregates, one query)."""
-    live_on_old = Q(state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True) & ~Q(
-        task__state__in=[s.value for s in TERMINAL_STATES]
-    )
+def _progress(rebind: Rebind, counts: dict[str, Any]) -> dict[str, Any]:
+    """Planned moves, those still on the old version, and how the rebind ended, from its
+    counts (`selectors.rebind_counts`: the API's and the shell's too) plus one aggregate.
+    `tone` says how the bar reads: only a completed rebind is a success; an aborted or
+    cut-over one shows what it moved, never a full bar."""
     totals = ChannelMove.objects.filter(rebind=rebind).aggregate(
         start=Count("id"),
-        left=Count("id", filter=live_on_old),
-        moved=Count("id", filter=Q(state=MoveState.MOVED)),
-        orphaned=Count("id", filter=Q(state=MoveState.ORPHANED)),
+        stuck=Count(
+            "id",
+            filter=still_on_old_version()
+            & Q(state=MoveState.NOTICE_PENDING, notice__state=DeliveryState.DEAD),
+        ),
     )
-    start, left = totals["start"], totals["left"]
+    start, left = totals["start"], counts["onOldVersionTotal"]
+    moved, orphaned = counts["moved"], counts["orphaned"]
+    stayed = start - moved - counts["rebound"]
+    if rebind.state == RebindState.COMPLETED:
+        tone, percent = "done", 100
+        text = f"completed: {_tasks(moved)} moved" + (
+            f", {counts['finishedOnOld']} finished on the old channel"
+            if counts["finishedOnOld"]
+            else ""
+        )
+    elif rebind.state == RebindState.CUT_OVER:
+        tone, percent = "cut_over", moved * 100 // start if start else 0
+        text = f"cut over: {_tasks(moved)} moved, {orphaned} orphaned (waiting to be re-bound)" + (
+            f", {counts['rebound']} re-bound" if counts["rebound"] else ""
+        )
+    elif rebind.state == RebindState.ABORTED:
+        tone, percent = "aborted", moved * 100 // start if start else 0
+        text = f"aborted: {_tasks(moved)} moved, {stayed} returned to the old channel"
+    else:
+        tone = "open"
+        # The bar fills as tasks leave the old version.
+        percent = (start - left) * 100 // start if start else 0
+        more = "" if rebind.moves_planned else "+"
+        text = f"{left} of {start}{more} left on the old version"
     return {
         "start": start,
         "left": left,
-        "moved": totals["moved"],
-        "orphaned": totals["orphaned"],
+        "moved": moved,
+        "orphaned": orphaned,
+        "stuck": totals["stuck"],
         "planningDone": rebind.moves_planned,
-        # The bar fills as tasks leave the old version.
-        "percent": (start - left) * 100 // start if start else 0,
+        "percent": percent,
+        "tone": tone,
+        "text": text,
     }
 
 
@@ -106,7 +231,7 @@ def _rows(rebind: Rebind, now: datetime, limit: int) -> list[dict[str, Any]]:
     moves = list(
         on_old_moves(rebind)
         .select_related("task", "config", "old_binding", "notice")
-        .annotate(last_delivery_pk=Subquery(newest))[:limit]
+        .annotate(last_delivery_pk=Subquery(newest), **_last_attempt("notice"))[:limit]
     )
     last = {
         d.pk: d
@@ -117,6 +242,7 @@ def _rows(rebind: Rebind, now: datetime, limit: int) -> list[dict[str, Any]]:
     rows = []
     for m in moves:
         d = last.get(m.last_delivery_pk)
+        notice = _notice(m)
         rows.append(
             {
                 "move": m.pk,
@@ -125,12 +251,9 @@ def _rows(rebind: Rebind, now: datetime, limit: int) -> list[dict[str, Any]]:
                 "config": m.config.config_id,
                 "oldVersion": f"{m.config.config_id}.v{m.old_binding.version}",
                 "moveState": m.state,
-                "moveStateLabel": m.get_state_display(),
-                "notice": (
-                    {"state": m.notice.state, "lastError": m.notice.last_error}
-                    if m.notice
-                    else None
-                ),
+                "moveStateLabel": _move_label(m, notice),
+                "stuck": bool(notice and notice["dead"] and m.state == MoveState.NOTICE_PENDING),
+                "notice": notice,
                 "lastDelivery": (
                     {
                         "kind": d.kind,
@@ -149,30 +272,64 @@ def _rows(rebind: Rebind, now: datetime, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
+def in_flight_text(rebind: Rebind) -> str:
+    """What happens to the tasks in flight when the rebind starts, in words (the field
+    `finish_on_old` as a ✗ read as its opposite)."""
+    if rebind.policy == "cutover":
+        return "orphaned at once, each told on its old channel (cutover)"
+    if rebind.finish_on_old:
+        return "stay on the old channel until they end (finish on old)"
+    return "move once their notice on the old channel is delivered (drain)"
+
+
+def state_label(state: str) -> str:
+    """A rebind state as people say it: "cut over", not "cut_over"."""
+    return RebindState(state).label if state in RebindState.values else state.replace("_", " ")
+
+
 def rebind_console(rebind: Rebind, *, limit: int = MAX_ROWS) -> dict[str, Any]:
-    """What the rebind's page shows and its JSON view answers (polled every few seconds):
-    state, policy, scope, progress, deadline, which actions are legal now, and the tasks
-    still on the old version. Five queries (the rebind, progress, the list, its deliveries)."""
-    now = timezone.now()
-    progress = _progress(rebind)
-    return {
-        "id": str(rebind.pk),
-        "agent": rebind.agent.slug,
-        "state": rebind.state,
-        "stateLabel": rebind.get_state_display(),
-        "open": rebind.is_open,
-        "policy": rebind.policy,
-        "finishOnOld": rebind.finish_on_old,
-        "onTimeout": rebind.on_timeout,
-        "scope": scope_text(rebind),
-        "progress": progress,
-        "deadline": _iso(rebind.deadline),
-        "extendedAt": _iso(rebind.extended_at),
-        "actions": legal_actions(rebind.state),
-        "onOld": _rows(rebind, now, limit),
-        "onOldTotal": progress["left"],
-        "generatedAt": now.isoformat(),
-    }
+    """What the rebind's page shows and its JSON view answers (polled every few seconds),
+    all from one snapshot: title, state, facts, counts, progress, deadline (`deadlineRunning`:
+    only an open rebind's deadline counts down), which actions are legal now, the tasks still
+    on the old version and every move. A fixed number of queries, whatever the lists' length."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # The row as this snapshot has it (the caller's copy may be older than the lists).
+        rebind = Rebind.objects.select_related("agent", "config").get(pk=rebind.pk)
+        now = timezone.now()
+        counts = rebind_counts(rebind)
+        progress = _progress(rebind, counts)
+        label = state_label(rebind.state)
+        return {
+            "id": str(rebind.pk),
+            "title": f"Rebind of {rebind.agent.slug}: {label}",
+            "agent": rebind.agent.slug,
+            "state": rebind.state,
+            "stateLabel": label,
+            "open": rebind.is_open,
+            "policy": rebind.policy,
+            "finishOnOld": rebind.finish_on_old,
+            "inFlight": in_flight_text(rebind),
+            "onTimeout": rebind.on_timeout,
+            "scope": scope_text(rebind),
+            "reason": rebind.reason.removeprefix(" | ").removeprefix("| "),
+            "counts": counts,
+            "progress": progress,
+            "deadline": _iso(rebind.deadline),
+            "deadlineRunning": bool(rebind.is_open and rebind.deadline),
+            "extendedAt": _iso(rebind.extended_at),
+            "startedAt": _iso(rebind.started_at),
+            "finishedAt": _iso(rebind.finished_at),
+            "actions": legal_actions(rebind.state),
+            "onOld": _rows(rebind, now, limit),
+            "onOldTotal": progress["left"],
+            "moves": _moves(rebind, limit),
+            "movesTotal": progress["start"],
+            "generatedAt": now.isoformat(),
+        }
 
 
 class ActionInputInvalid(ValueError):
@@ -191,6 +348,8 @@ class ActionPlan:
     seconds: int | None = None
     minutes: int | None = None
     reason: str = ""
+    only: int | None = None  # replay_notice: the one move whose notice is replayed
+    notices: list[uuid.UUID] = field(default_factory=list)  # replay_notice: their event ids
 
 
 def _selected_pks(values: Iterable[str]) -> list[int]:
@@ -205,6 +364,46 @@ def _selected_pks(values: Iterable[str]) -> list[int]:
 
 def _tasks(n: int) -> str:
     return f"{n} task{'' if n == 1 else 's'}"
+
+
+def _replay_plan(rebind: Rebind, data: Mapping[str, Any]) -> ActionPlan:
+    """Replay the dead notice of one move (`only`, a row's button) or of every move stuck on
+    it: the deliveries admin's replay (webhooks/delivery_actions.py), same event ids."""
+    stuck = stuck_moves(rebind)
+    only = str(data.get("only", "")).strip()
+    if only:
+        [pk] = _selected_pks([only])
+        stuck = stuck.filter(pk=pk)
+    # Confirmed: exactly the moves the confirmation listed (those still stuck).
+    listed = data.getlist("listed") if hasattr(data, "getlist") else data.get("listed", [])
+    if listed:
+        stuck = stuck.filter(pk__in=_selected_pks(listed))
+    moves = list(
+        stuck.select_related("task", "config", "notice").annotate(**_last_attempt("notice"))
+    )
+    if not moves:
+        raise ActionInputInvalid(
+            "no notice of this rebind is dead-lettered now (replayed, delivered, or its task "
+            "left the old version)"
+        )
+    for m in moves:
+        m.answer_text = answer_text(_answer(m))
+    return ActionPlan(
+        action="replay_notice",
+        summary=(
+            f"replay {len(moves)} dead-lettered notice{'' if len(moves) == 1 else 's'}: each "
+            "is sent again on its old channel (same event id, a fresh retry schedule); once "
+            "delivered, its task moves to the new channel"
+        ),
+        details=[
+            "the receiver answered each one as listed; fix the receiver first, or the replay "
+            "dead-letters again",
+        ],
+        moves=moves[:MAX_ROWS],
+        move_pks=[m.pk for m in moves],
+        only=int(only) if only else None,
+        notices=[m.notice.event_id for m in moves],
+    )
 
 
 def action_plan(rebind: Rebind, action: str, data: Mapping[str, Any]) -> ActionPlan:
@@ -250,6 +449,8 @@ def action_plan(rebind: Rebind, action: str, data: Mapping[str, Any]) -> ActionP
             moves=moves,
             move_pks=[m.pk for m in moves],
         )
+    if action == "replay_notice":
+        return _replay_plan(rebind, data)
     left = on_old_moves(rebind).count()
     if action == "cut_over":
         return ActionPlan(

@@ -5,7 +5,8 @@ Django, like tasks/state_machine.py). webhooks/rebind.py calls `check` before ev
         │                    │  └──cut_over──▶ cut_over ◀──cut_over──┘   │
         └──abort──▶ aborted ◀┴──abort─────────────────────abort──────────┘
 
-`extend`, `move_now` and `finish_on_old` keep a draining rebind draining; `rebind_orphans`
+`extend`, `move_now`, `finish_on_old` and `replay_notice` (an operator re-sends a dead-lettered
+notice, webhooks/delivery_actions.py) keep a draining rebind draining; `rebind_orphans`
 keeps a cut-over one cut over. A rebind whose policy is cutover goes from
 preparing straight to cut_over. completed, cut_over and aborted are final.
 """
@@ -31,6 +32,7 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     # Decisions on single tasks of a draining rebind; re-binding a cut-over one's orphans.
     "move_now": {DRAINING: DRAINING},
     "finish_on_old": {DRAINING: DRAINING},
+    "replay_notice": {DRAINING: DRAINING},
     "rebind_orphans": {CUT_OVER: CUT_OVER},
     "abort": {SCHEDULED: ABORTED, PREPARING: ABORTED, DRAINING: ABORTED},
 }

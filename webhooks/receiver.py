@@ -419,7 +419,7 @@ class WebhookVerifier:
             hint = _task_id_from_body(early) if isinstance(early, dict) else None
             hint = hint or h.get(HEADER_TASK_ID) or None
             if hint is not None:
-                pinned, prefer = channels._keys_of(hint)
+                pinned, prefer = channels._keys_of(hint, h.get(HEADER_BINDING_VERSION) or None)
         key_id, key = self._verify_signature(h, msg_id, raw_ts, raw_sigs, body, pinned, prefer)
 
         seq = self._parse_seq(h.get(HEADER_TASK_SEQ))
@@ -809,12 +809,17 @@ class ChannelTrust:
         while len(self._tasks) > self.max_tasks:
             self._tasks.popitem(last=False)
 
-    def _keys_of(self, task_id: str) -> tuple[dict[str, Ed25519PublicKey], tuple[str, ...]]:
+    def _keys_of(
+        self, task_id: str, version: str | None = None
+    ) -> tuple[dict[str, Ed25519PublicKey], tuple[str, ...]]:
         """The task's pinned keys and its trusted kids, read before the delivery is verified
-        (so this does not count as a use of the task)."""
+        (so this does not count as a use of the task). None for an orphaned task's delivery
+        under a version it never trusted: that is a first use, verified as a new task's is
+        (its kid is the newest that signs, not a pin of the cut-over channel, which may
+        retire)."""
         with self._lock:
             state = self._tasks.get(task_id)
-            if state is None:
+            if state is None or state.orphaned and version not in state.channels:
                 return {}, ()
             return dict(state.keys), tuple(sorted(state.key_ids()))
 

@@ -16,10 +16,9 @@ from agents.card_render import PUSH_CHANNEL_URI
 from agents.models import Agent, SigningKey, SigningKeyState
 from tasks.errors import TaskNotFound
 from tasks.models import Task
-from tasks.states import TERMINAL_STATES, TaskState
+from tasks.states import TaskState
 from webhooks.models import (
     CONFIG_ID,
-    ON_OLD_MOVE_STATES,
     OPEN_DELIVERY_STATES,
     OPEN_REBIND_STATES,
     ChannelMove,
@@ -31,6 +30,7 @@ from webhooks.models import (
     PushBinding,
     PushConfig,
     Rebind,
+    still_on_old_version,
 )
 
 
@@ -117,8 +117,7 @@ def rebind_counts(rebind: Rebind) -> dict[str, Any]:
     moves = ChannelMove.objects.filter(rebind=rebind)
     by_state = dict(moves.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     on_old = dict(
-        moves.filter(state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True)
-        .exclude(task__state__in=[s.value for s in TERMINAL_STATES])
+        moves.filter(still_on_old_version())
         .values_list("task__state")
         .annotate(n=Count("id"))
         .values_list("task__state", "n")
@@ -154,10 +153,7 @@ def rebind_stragglers(rebind: Rebind, limit: int = 100) -> list[dict[str, Any]]:
     """The tasks still on the old version (oldest move first): task, state, config, the old
     version, and where its notice stands."""
     rows = (
-        ChannelMove.objects.filter(
-            rebind=rebind, state__in=ON_OLD_MOVE_STATES, config__deleted_at__isnull=True
-        )
-        .exclude(task__state__in=[s.value for s in TERMINAL_STATES])
+        ChannelMove.objects.filter(still_on_old_version(), rebind=rebind)
         .select_related("task", "config", "old_binding", "notice")
         .order_by("id")[:limit]
     )

@@ -38,7 +38,7 @@ from webhooks.bindings import (
     push_config_check,
     snapshot_delivery,
 )
-from webhooks.channel_moves import release_late_held
+from webhooks.channel_moves import config_deleted, orphan_reregistered, release_late_held
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
@@ -51,6 +51,7 @@ from webhooks.models import (
     OperatorAction,
     PushBinding,
     PushConfig,
+    notice_no_longer_awaited,
 )
 from webhooks.outbox_store import OutboxEvent, get_outbox_store
 from webhooks.rebind import client_rebind, client_rebind_applies
@@ -128,6 +129,7 @@ def push_config_create(
         if push is None:
             push = PushConfig.objects.create(task=task, config_id=config_id, current_version=1)
         else:
+            orphan_reregistered(task, push, now)
             push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
             push.current_version += 1
             push.deleted_at = None
@@ -161,6 +163,9 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         return
     now = timezone.now()
     with transaction.atomic():
+        # The task first, then the config, as a registration and a rebind's batch lock them
+        # (its orphan mark may change).
+        task = lock_task(task.pk)
         push = (
             PushConfig.objects.select_for_update()
             .filter(task=task, config_id=config_id, deleted_at__isnull=True)
@@ -170,6 +175,7 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
             return
         push.deleted_at = now
         push.save(update_fields=["deleted_at"])
+        config_deleted(task, push, now)
         push.bindings.filter(retired_at__isnull=True).update(retired_at=now)
         # In-flight ones too: their attempt's outcome is then stale and never re-opens them.
         push.deliveries.filter(state__in=[*OPEN_DELIVERY_STATES, DeliveryState.HELD]).update(
@@ -242,7 +248,7 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
         state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED],
         # A deleted config's client asked to stop: nothing of it is sent again.
         config__deleted_at__isnull=True,
-    )
+    ).exclude(notice_no_longer_awaited())
     with transaction.atomic(durable=True):
         config_pks = heads.lock(replayable.values_list("config_id", flat=True))
         rows = list(

@@ -125,6 +125,7 @@ class SkippedSerializer(serializers.Serializer):
             "endpoint_paused",
             "config_deleted",
             "not_replayable",
+            "notice_not_awaited",
         ]
     )
     message = serializers.CharField()

@@ -25,7 +25,7 @@ from a2a_platform.protocol.binding import request_ctx, rest_error
 from a2a_platform.protocol.context import V1, Ctx
 from a2a_platform.protocol.errors import INTERNAL, ProtocolError
 from a2a_platform.protocol.routes import Route
-from agents.card_render import agent_base_url
+from agents.card_render import agent_base_url, jwks_url
 from agents.card_signing import EmptyCardValue, card_version_record, sign_card
 from agents.readiness import RETRY_AFTER_SECONDS
 from agents.signing import jwks as agent_jwks
@@ -132,11 +132,10 @@ def _header(request: Request, name: bytes) -> str | None:
 
 def _served_card(ctx: Ctx, caps: dict[str, bool]) -> ServedCard:
     """In an ORM thread: render, sign, merge the v0.3 fields, record the card version."""
-    jwks_url = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
     signed = sign_card(
         ctx.agent,
         operations.served_card(ctx, caps),
-        jwks_url=f"{jwks_url}/.well-known/jwks.json",
+        jwks_url=jwks_url(agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)),
     )
     # v0.3 clients read top-level url/preferredTransport: merged in (v1.0 keys win; the
     # signature covers the v1.0 card, which is what v1.0 verifiers parse).

@@ -45,7 +45,7 @@ from a2a_platform.protocol.errors import (
     from_domain,
     invalid_params,
 )
-from agents.card_render import agent_base_url, render_card
+from agents.card_render import agent_base_url, jwks_url, render_card
 from agents.models import AnonymousListing
 from agents.readiness import capabilities as agent_capabilities
 from tasks import selectors, services, wire
@@ -357,8 +357,8 @@ def served_card(ctx: Ctx, caps: dict[str, bool]) -> dict:
     push-channel extension, whose params read the agent's keys and open rebinds."""
     platform = []
     if caps.get("pushNotifications", ctx.agent.push_notifications_enabled):
-        base = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root).rstrip("/")
-        platform.append(push_channel_extension(ctx.agent, jwks_url=f"{base}/.well-known/jwks.json"))
+        base = agent_base_url(ctx.agent, ctx.origin, at_root=ctx.at_root)
+        platform.append(push_channel_extension(ctx.agent, jwks_url=jwks_url(base)))
     return render_card(
         ctx.agent,
         origin=ctx.origin,

@@ -14,23 +14,25 @@ from django.contrib.auth import get_user_model
 from tasks import services
 from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD, log_in, page  # noqa: F401 (the page fixture)
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import live_open_task
 from webhooks import ssrf
-from webhooks.services import push_config_create
 
 V1 = "https://client.example.org/hooks/v1/"
 V2 = "https://client.example.org/hooks/v2/"
 
 
 @pytest.fixture
-def console_data(transactional_db, monkeypatch):
+def console_data(transactional_db, monkeypatch, asgi_server):
+    """Two in-flight tasks opened through the server the browser uses (SendMessage with an
+    inline push config, as a client opens them: the bindings' issuer is its URL)."""
     monkeypatch.setattr(ssrf, "resolve", lambda host, port: ["93.184.216.34"])
     get_user_model().objects.create_superuser("admin", email="", password=PASSWORD)
     agent = AgentFactory(slug="shop-bot", executor="external")
     for i, state in enumerate((TaskState.WORKING, TaskState.INPUT_REQUIRED)):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{V1}task-{i}"})
-        services.task_transition(task_id=task.pk, to_state=state)
+        push = {"id": f"cfg-{i}", "url": f"{V1}task-{i}"}
+        task_id = live_open_task(asgi_server.url, agent, push=push)
+        services.task_transition(task_id=task_id, to_state=state)
     return agent
 
 
@@ -54,10 +56,12 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, art
     page.screenshot(path=str(artifacts / "rebind-confirm.png"), full_page=True)
     page.click("#rebind-confirm")
 
-    page.wait_for_selector("div.form-row.field-state")
+    # The rebind's page is its console (docs/rebinds.md, "From the admin"): the state chip
+    # and the live list of the tasks still on the old version.
+    page.wait_for_selector("#rebind-on-old-rows tr[data-task]")
     assert "/change/" in page.url
-    assert "draining" in page.locator("div.form-row.field-state").inner_text()
-    moves = page.locator("#moves-group td.field-state").all_inner_texts()
+    assert page.locator("#rebind-state-chip").inner_text() == "draining"
+    moves = page.locator("#rebind-on-old-rows td.c-move").all_inner_texts()
     assert moves == ["notice pending on the old channel"] * 2
     page.screenshot(path=str(artifacts / "rebind-page.png"), full_page=True)
 

@@ -30,21 +30,22 @@ from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD, log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
 from tests.processes import wait_until
+from tests.protocol_push import live_open_task
 from tests.readiness_helpers import mark_workers_live
 from tests.webhook_checks import start_beat, start_worker
 from webhooks.models import ChannelMove, Delivery, DeliveryState, MoveState, Rebind
-from webhooks.services import push_config_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 
 REBINDS = "/admin/webhooks/rebind/"
 
 
-def scene(procs, receivers, *, receiver_status: int, retry_schedule: str):
-    """Superuser, agent, receiver, worker and beat; three WORKING tasks whose first
-    deliveries went out. Then the receiver answers `receiver_status`."""
+def scene(web, procs, receivers, *, receiver_status: int, retry_schedule: str):
+    """Superuser, agent, receiver, worker and beat; three WORKING tasks, opened through the
+    live server `web` (SendMessage with an inline push config, as a client opens them), whose
+    first deliveries went out. Then the receiver answers `receiver_status`."""
     get_user_model().objects.create_superuser("admin", email="", password=PASSWORD)
     agent = AgentFactory(slug="shop-bot", executor="external", card_max_age=1)
     receiver = receivers.start(hang=0.8)  # slow enough to see tasks leave the list
@@ -54,29 +55,30 @@ def scene(procs, receivers, *, receiver_status: int, retry_schedule: str):
     v1 = f"{receiver.origin}/hooks/v1/"
     tasks = []
     for i in range(3):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{v1}task-{i}"})
-        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
-        tasks.append(task)
+        task_id = live_open_task(web.url, agent, push={"id": f"cfg-{i}", "url": f"{v1}task-{i}"})
+        services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
+        tasks.append(task_id)
     wait_until(
         lambda: not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists(),
         timeout=60,
         message="the first deliveries delivered",
     )
     receiver.behave(status=receiver_status, hang=0.8)
-    return receiver, [str(t.pk) for t in tasks], v1, f"{receiver.origin}/hooks/v2/"
+    return receiver, [str(t) for t in tasks], v1, f"{receiver.origin}/hooks/v2/"
 
 
 @pytest.fixture
-def draining(transactional_db, procs, receivers):
+def draining(transactional_db, asgi_server, procs, receivers):
     # The notices are refused (503) until the test lets them through; retried every 2 s.
-    return scene(procs, receivers, receiver_status=503, retry_schedule="2,2,2,2,2,2,2,2,2,2")
+    return scene(
+        asgi_server, procs, receivers, receiver_status=503, retry_schedule="2,2,2,2,2,2,2,2,2,2"
+    )
 
 
 @pytest.fixture
-def stuck(transactional_db, procs, receivers):
+def stuck(transactional_db, asgi_server, procs, receivers):
     # Notices are answered 503 and retried only after 10 minutes: they stay pending.
-    return scene(procs, receivers, receiver_status=503, retry_schedule="600")
+    return scene(asgi_server, procs, receivers, receiver_status=503, retry_schedule="600")
 
 
 def start_in_wizard(page, v1: str, v2: str, *, at: str = "") -> str:
@@ -93,15 +95,16 @@ def start_in_wizard(page, v1: str, v2: str, *, at: str = "") -> str:
     summary = page.locator("#rebind-summary").inner_text()
     assert "In-flight tasks on the old version: 3" in summary, summary
     page.click("#rebind-confirm")
-    page.wait_for_selector("div.form-row.field-state")
+    page.wait_for_selector("#rebind-console")
     match = re.search(r"/rebind/([0-9a-f-]{36})/change/", page.url)
     assert match, page.url
     return match[1]
 
 
 def state_on_page(page, rebind_pk: str) -> str:
+    """The state the rebind's page (its console) names."""
     page.goto(f"{REBINDS}{rebind_pk}/change/")
-    return page.locator("div.form-row.field-state div.readonly").inner_text().strip()
+    return page.locator("#rebind-state").inner_text().strip()
 
 
 def wait_for_state(page, rebind_pk: str, state: str, timeout: float = 60) -> None:

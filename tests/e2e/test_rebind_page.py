@@ -3,13 +3,17 @@ the ASGI app, as test_rebind_console.py): state chips, progress and the deadline
 the store has them; the live list of the tasks still on the old version, refreshed by
 polling (a second browser watching the page sees a row leave without a reload); each action
 through its confirmation page (move selected now, let selected finish on old, extend the
-deadline, cut over, abort another rebind), each audited; and a "viewer" sees the page
-without a button, its forged POST refused (403). A full-page screenshot of each step goes to
-the `artifacts` directory (var/test-artifacts/e2e/).
+deadline, cut over, abort another rebind), each audited; an ended rebind never looks like a
+success nor counts down; a notice the client's receiver refused (400) shows as stuck with the
+receiver's answer, on the rebind page and on the task's page, and is replayed from the row
+(issue 43); and a "viewer" sees the page without a button, its forged POST refused (403). A
+full-page screenshot of each step goes to the `artifacts` directory (var/test-artifacts/e2e/).
 
-No worker runs: the notices stay pending, so the tasks stay on the old version until an
-operator decides. DNS is the edge we do not own (the rebind's SSRF check resolves
-example.org names to a public address; the server runs in this process)."""
+Tasks and configs are made through the protocol (tests/protocol_push.py). No worker runs: the
+notices stay pending, so the tasks stay on the old version until an operator decides; the
+stuck drain's deliveries are sent by the test, to a receiver in this process. DNS is the edge
+we do not own (the rebind's SSRF check resolves example.org names to a public address; the
+server runs in this process)."""
 
 from __future__ import annotations
 
@@ -27,12 +31,13 @@ from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD, TIMEOUT_MS, log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.integration.webhooks.test_rebind_page import REFUSAL, Receiver, deliver_due
+from tests.protocol_push import open_task
 from webhooks import ssrf
 from webhooks.models import ChannelMove, Delivery, MoveState, OperatorAction, Rebind
-from webhooks.rebind import rebind_start
+from webhooks.rebind import rebind_advance, rebind_start
 from webhooks.rebind_checks import RebindRequest
-from webhooks.services import push_config_create
 
 V1 = "https://hooks.example.org/v1/"
 V2 = "https://hooks.example.org/v2/"
@@ -47,13 +52,13 @@ class Scene:
     scheduled: str  # later-bot's, to start in an hour: no deadline yet
 
 
-def in_flight(agent, n: int) -> list[str]:
+def in_flight(agent, n: int, prefix: str = V1) -> list[str]:
+    """n WORKING tasks opened through the protocol, each with one push config under `prefix`."""
     ids = []
     for i in range(n):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{V1}t{i}"})
-        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
-        ids.append(str(task.pk))
+        task_id = open_task(agent, push={"id": f"cfg-{i}", "url": f"{prefix}t{i}"})
+        services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
+        ids.append(task_id)
     return ids
 
 
@@ -78,7 +83,7 @@ def scene(transactional_db, monkeypatch) -> Scene:
     def drain(agent) -> str:
         req = RebindRequest(agent=agent, move_from=V1, move_to=V2, deadline_seconds=3600)
         rebind = rebind_start(req, actor="ops")
-        assert rebind.state == "draining"
+        assert rebind.state == "draining", rebind.reason
         return str(rebind.pk)
 
     return Scene(rebind=drain(shop), tasks=tasks, other=drain(other), scheduled=str(scheduled.pk))
@@ -207,10 +212,19 @@ def test_the_rebind_page_shows_the_store_and_runs_each_decision(scene, page, art
     summary = confirm(page, artifacts, "cut-over")
     assert summary.startswith("Cut over: 2 tasks still on old will be orphaned"), summary
     assert page.locator("#rebind-state-chip").inner_text() == "cut over"
+    assert page.locator("#rebind-state").inner_text() == "cut over"
+    assert page.locator("#rebind-title").inner_text() == "Rebind of shop-bot: cut over"
+    # An ended rebind: no countdown, and a cut-over one is not a success (no full bar).
+    assert page.locator("#rebind-countdown").inner_text() == ""
+    assert page.locator("#rebind-progress-text").inner_text() == (
+        "cut over: 1 task moved, 2 orphaned (waiting to be re-bound)"
+    )
+    assert page.locator("#rebind-progress-bar").evaluate("p => p.value") == 33
+    assert page.locator("#rebind-progress").get_attribute("class") == "rb-tone-cut_over"
     assert rows(page) == []
     assert page.locator("#rebind-on-old-rows").inner_text() == "no task is on the old version"
     buttons = page.locator("#rebind-buttons button")
-    assert buttons.count() == 5
+    assert buttons.count() == 6
     assert buttons.evaluate_all("bs => bs.every(b => b.disabled)")
     page.screenshot(path=str(artifacts / "cut-over.png"), full_page=True)
     state, orphans = orm(
@@ -229,6 +243,12 @@ def test_the_rebind_page_shows_the_store_and_runs_each_decision(scene, page, art
     summary = confirm(page, artifacts, "abort")
     assert summary.startswith("Abort: 1 task still on old stay on their old channel"), summary
     assert page.locator("#rebind-state-chip").inner_text() == "aborted"
+    assert page.locator("#rebind-countdown").inner_text() == ""
+    assert page.locator("#rebind-progress-text").inner_text() == (
+        "aborted: 0 tasks moved, 1 returned to the old channel"
+    )
+    assert page.locator("#rebind-progress-bar").evaluate("p => p.value") == 0
+    assert "draining" not in page.locator("#content").inner_text()
     assert rows(page) == []
     page.screenshot(path=str(artifacts / "aborted.png"), full_page=True)
     aborted = orm(
@@ -310,3 +330,109 @@ def test_buttons_follow_the_state_and_an_illegal_one_is_a_message(scene, page, a
     assert answer.url.endswith(f"{REBINDS}{s.scheduled}/change/")
     assert "cannot cut over a rebind that is scheduled" in answer.text()
     assert orm(lambda: Rebind.objects.get(pk=s.scheduled).state) == "scheduled"
+
+
+def test_a_stuck_notice_is_seen_and_replayed_from_the_rebind_page(page, artifacts):  # noqa: F811
+    """A drain whose notices the client's receiver refuses (400, a body saying why): each
+    task is stuck on the old channel, said on its row with the receiver's answer and on the
+    task's page; "Replay notice" on one row re-sends that notice (after its confirmation),
+    the receiver now takes it, and the watching page moves the task off the list, then shows
+    the rebind completed, with no countdown and nothing saying "draining", without a reload."""
+    receiver = Receiver()
+    try:
+        _stuck_notice(page, artifacts, receiver)
+    finally:
+        receiver.stop()
+
+
+def _stuck_notice(page, artifacts, receiver) -> None:  # noqa: F811
+    def setup():
+        get_user_model().objects.create_superuser("admin", email="", password=PASSWORD)
+        agent = AgentFactory(slug="stuck-bot")
+        ids = in_flight(agent, 2, receiver.prefix("v1"))
+        req = RebindRequest(
+            agent=agent,
+            move_from=receiver.prefix("v1"),
+            move_to=receiver.prefix("v2"),
+            deadline_seconds=3600,
+        )
+        rebind = rebind_start(req, actor="ops")
+        assert rebind.state == "draining", rebind.reason
+        deliver_due(ids)
+        return str(rebind.pk), ids
+
+    rebind, ids = orm(setup)
+    log_in(page)
+    page.goto(f"{REBINDS}{rebind}/change/")
+    page.wait_for_selector("#rebind-on-old-rows tr[data-task]")
+    assert rows(page) == ids
+    for task_id in ids:
+        cells = row(page, task_id)
+        assert cells.locator("td.c-move").inner_text() == (
+            "stuck on the old channel: its notice was dead-lettered"
+        )
+        notice = cells.locator("td.c-notice")
+        assert notice.inner_text().startswith(f"dead-lettered (HTTP 400: {REFUSAL})")
+        assert notice.locator("button.rb-replay").inner_text() == "Replay notice"
+    assert page.locator("#rebind-replay-notices").inner_text() == "Replay dead notices (2)"
+    assert page.locator("#rebind-replay-notices").is_enabled()
+    counts = page.locator("#rebind-counts").inner_text()
+    assert "notices: 0 delivered, 0 pending, 2 dead-lettered" in counts, counts
+    page.screenshot(path=str(artifacts / "stuck.png"), full_page=True)
+
+    # The task's page says the same.
+    page.goto(f"/admin/tasks/task/{ids[0]}/change/")
+    history = page.locator("#channel-history").inner_text()
+    assert "stuck on the old channel: its notice was dead-lettered (HTTP 400: " in history
+    assert page.locator("#channel-notices td.c-answer").inner_text() == f"HTTP 400: {REFUSAL}"
+    page.screenshot(path=str(artifacts / "task-stuck.png"), full_page=True)
+
+    # Replay the first row's notice once the receiver is fixed.
+    receiver.notice_status = 200
+    page.goto(f"{REBINDS}{rebind}/change/")
+    page.wait_for_selector("#rebind-on-old-rows tr[data-task]")
+    row(page, ids[0]).locator("button.rb-replay").click()
+    summary = confirm(page, artifacts, "replay")
+    assert summary.startswith("Replay 1 dead-lettered notice: "), summary
+    assert "1 of 1 dead notice(s) replayed" in message(page)
+    notices = orm(
+        lambda: dict(
+            Delivery.objects.filter(task_id__in=ids, kind="notice").values_list("task_id", "state")
+        )
+    )
+    assert {str(k): v for k, v in notices.items()} == {ids[0]: "pending", ids[1]: "dead"}
+    audit = orm(lambda: OperatorAction.objects.get(action="replay_deliveries").actor)
+    assert audit == "admin"
+
+    # A worker delivers it: the page, never reloaded, sees the task leave the list.
+    page.evaluate("window.notReloaded = true")
+    orm(lambda: deliver_due(ids))
+    page.wait_for_function(
+        f"() => !document.querySelector(\"#rebind-on-old-rows tr[data-task='{ids[0]}']\")"
+    )
+    assert page.locator("#rebind-replay-notices").inner_text() == "Replay dead notices (1)"
+    page.screenshot(path=str(artifacts / "replayed.png"), full_page=True)
+
+    # Then the rest through "Replay dead notices", and the rebind completes.
+    page.click("#rebind-replay-notices")
+    summary = confirm(page, artifacts, "replay-all")
+    assert summary.startswith("Replay 1 dead-lettered notice: "), summary
+    page.evaluate("window.notReloaded = true")
+    orm(lambda: deliver_due(ids))
+    orm(lambda: rebind_advance(rebind))
+    page.wait_for_function(
+        "() => document.getElementById('rebind-state-chip').textContent === 'completed'"
+    )
+    assert page.evaluate("window.notReloaded") is True
+    assert page.locator("#rebind-title").inner_text() == "Rebind of stuck-bot: completed"
+    assert page.title().startswith("Rebind of stuck-bot: completed | ")
+    assert page.locator("#rebind-state").inner_text() == "completed"
+    assert page.locator("#rebind-countdown").inner_text() == ""
+    assert page.locator("#rebind-progress-text").inner_text() == "completed: 2 tasks moved"
+    assert page.locator("#rebind-progress").get_attribute("class") == "rb-tone-done"
+    assert rows(page) == []
+    moves = page.locator("#rebind-moves-rows td.c-move").all_inner_texts()
+    assert moves == ["moved to the new channel"] * 2
+    assert "draining" not in page.locator("#content").inner_text()
+    assert page.locator("#rebind-replay-notices").is_disabled()
+    page.screenshot(path=str(artifacts / "completed.png"), full_page=True)

@@ -17,26 +17,29 @@ from django.contrib.auth import get_user_model
 
 from a2a_platform.lib import crypto
 from tasks import services
+from tasks.models import Task
 from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD, log_in, page  # noqa: F401 (the page fixture)
 from tests.e2e.test_admin_deliveries import orm
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import live_open_task
 from webhooks import ssrf
 from webhooks.models import PushBinding, Rebind
 from webhooks.rebind import rebind_start
 from webhooks.rebind_checks import RebindRequest
-from webhooks.services import push_config_create
 
 URL = "https://client.example.org/hooks/v1/task-0"
 
 
 @pytest.fixture
-def wizard_data(transactional_db, monkeypatch):
+def wizard_data(transactional_db, monkeypatch, asgi_server):
+    """A WORKING task opened through the server the browser uses, its config (with a token)
+    inline, as a client opens it (the binding's issuer is that server's URL)."""
     monkeypatch.setattr(ssrf, "resolve", lambda host, port: ["93.184.216.34"])
     get_user_model().objects.create_superuser("admin", email="", password=PASSWORD)
     agent = AgentFactory(slug="shop-bot", executor="external")
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-    push_config_create(task=task, config={"id": "cfg-0", "url": URL, "token": "old-token-0"})
+    push = {"id": "cfg-0", "url": URL, "token": "old-token-0"}
+    task = Task.objects.get(pk=live_open_task(asgi_server.url, agent, push=push))
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     return agent, task
 
@@ -105,7 +108,7 @@ def test_rebind_wizard_replaces_only_the_token_and_credentials_never_showing_the
     page.screenshot(path=str(artifacts / "wizard-credentials-confirm.png"), full_page=True)
     page.click("#rebind-confirm")
 
-    page.wait_for_selector("div.form-row.field-state")
+    page.wait_for_selector("#rebind-console")  # the rebind's page
     assert "/change/" in page.url
     assert new_token not in page.content()
     assert new_credentials not in page.content()

@@ -17,17 +17,18 @@ from django.contrib.auth.models import Group
 from agents.models import SigningKey
 from agents.signing import signing_key_rotate
 from tasks import services
+from tasks.models import Task
 from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm, sent
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import live_open_task
 from webhooks import ssrf
 from webhooks.delivery import delivery_claim_head, delivery_record
 from webhooks.models import Delivery, Endpoint, OperatorAction, PushConfig, Rebind
 from webhooks.rebind import rebind_start
 from webhooks.rebind_checks import RebindRequest
-from webhooks.services import push_config_create
 
 V1 = "https://hooks.example.org/v1/"
 V2 = "https://hooks.example.org/v2/"
@@ -45,13 +46,17 @@ class Scene:
 
 
 @pytest.fixture
-def scene(transactional_db, monkeypatch) -> Scene:
+def scene(transactional_db, monkeypatch, asgi_server) -> Scene:
     monkeypatch.setattr(ssrf, "resolve", lambda host, port: ["93.184.215.14"])
     viewer = get_user_model().objects.create_user("viewer", password=PASSWORD, is_staff=True)
     viewer.groups.add(Group.objects.get(name="viewer"))
     agent = AgentFactory(slug="shop-bot", executor="external")
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-    config = push_config_create(task=task, config={"id": "c", "url": f"{V1}t"}).config
+    # Opened through the server the browser uses, its config inline, as a client opens it
+    # (the binding's issuer is that server's URL): the config the rebind below moves.
+    task = Task.objects.get(
+        pk=live_open_task(asgi_server.url, agent, push={"id": "c", "url": f"{V1}t"})
+    )
+    config = PushConfig.objects.get(task=task, config_id="c")
     claim = delivery_claim_head(config_pk=config.pk)
     delivery_record(claim=claim, result=sent(503, None, 12.0))
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
@@ -96,7 +101,11 @@ def test_a_viewer_sees_every_page_and_can_do_nothing(scene, page, artifacts):  #
         "endpoints": ("/admin/webhooks/endpoint/", "#result_list"),
         "push-config": (f"/admin/webhooks/pushconfig/{s.config_pk}/change/", "#bindings-group"),
         "rebinds": ("/admin/webhooks/rebind/", "#result_list"),
-        "rebind": (f"/admin/webhooks/rebind/{s.rebind_pk}/change/", "#moves-group"),
+        # The rebind's console: its live list of the task still on the old version.
+        "rebind": (
+            f"/admin/webhooks/rebind/{s.rebind_pk}/change/",
+            f"#rebind-on-old-rows tr[data-task='{s.task_id}']",
+        ),
         "moves": ("/admin/webhooks/channelmove/", "#result_list"),
         "agent": (f"/admin/agents/agent/{s.agent_pk}/change/", "#signing_keys-group"),
         "task": (f"/admin/tasks/task/{s.task_id}/change/", "#channel-history"),

@@ -15,10 +15,10 @@ from django.core.management import call_command
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import live_open_task
 from webhooks.models import ChannelMove, Delivery, OperatorAction, PushConfig, Rebind
 from webhooks.selectors import binding_status
-from webhooks.services import push_config_create
 
 # The API's rebind checks its new URLs in the web process, which resolves names for real:
 # loopback (allowed there and, by `loopback_receivers`, here); nothing needs to listen.
@@ -29,16 +29,18 @@ V2 = "http://127.0.0.1:9/hooks/v2/"
 URI = "urn:a2a-platform:ext:push-channel:v1"
 
 
-def _twin(slug: str) -> None:
+def _twin(web, slug: str) -> None:
     """Three in-flight tasks and a finished one, each with a config under V1, and one task
-    whose config is elsewhere (out of the rebind's scope)."""
+    whose config is elsewhere (out of the rebind's scope): opened through the live web
+    process (SendMessage with an inline push config), as a client opens them."""
     agent = AgentFactory(slug=slug, executor="external")
     for i in range(5):
-        task = services.task_create(
-            agent=agent, owner="anonymous", message=user_message(f"m{i}"), context_id=f"ctx-{i}"
-        )
         url = f"{V1}task-{i}" if i < 4 else f"http://127.0.0.2:9/elsewhere/task-{i}"
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": url})
+        task = Task.objects.get(
+            pk=live_open_task(
+                web.url, agent, push={"id": f"cfg-{i}", "url": url}, context_id=f"ctx-{i}"
+            )
+        )
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
         if i == 3:
             services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
@@ -124,8 +126,8 @@ def _shell(*args: str) -> str:
 
 
 def test_the_api_and_the_shell_make_the_same_rebind_with_the_same_audit(api_web, tokens):
-    _twin("twin-api")
-    _twin("twin-shell")
+    _twin(api_web, "twin-api")
+    _twin(api_web, "twin-shell")
     api = tokens.client("rebind", name="rebinder")
 
     started = api.post(

@@ -10,12 +10,14 @@ from rest_framework.test import APIClient
 from tasks import services
 from tasks.states import TaskState
 from tests.api_tokens import api_client
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
 from tests.integration.webhooks.conftest import public_dns  # noqa: F401 (fixture)
+from tests.protocol_push import task_with_push
 from webhooks.models import ChannelMove, OperatorAction, Rebind, RebindState
-from webhooks.services import push_config_create
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("public_dns")]
+# Transactional: the tasks and their push configs are made through the protocol app, whose ORM
+# calls run on other threads (tests/protocol_push.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("public_dns")]
 
 V1 = "https://client.example.org/hooks/v1/"
 V2 = "https://client.example.org/hooks/v2/"
@@ -30,8 +32,7 @@ def _client(name: str, *perms: str) -> APIClient:
 def agent():
     agent = AgentFactory(slug="api-agent", executor="external")
     for i in range(2):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": f"{V1}task-{i}"})
+        task = task_with_push(agent, f"{V1}task-{i}", config_id=f"cfg-{i}")
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     return agent
 

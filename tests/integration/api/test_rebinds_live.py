@@ -21,10 +21,10 @@ from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
 from tasks import services
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import live_open_task
 from webhooks.models import ChannelMove, OperatorAction, PushBinding, Rebind, RebindState
 from webhooks.rebind_machine import TRANSITIONS, IllegalRebindTransition
-from webhooks.services import push_config_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 
@@ -44,17 +44,18 @@ PATHS = {
 }
 
 
-def _agent(slug: str, in_flight: int = 3) -> None:
+def _agent(web, slug: str, in_flight: int = 3) -> None:
     """`in_flight` working tasks with a config under V1, a finished one under V1 and a working
-    one elsewhere (out of a V1 move's scope)."""
+    one elsewhere (out of a V1 move's scope): opened through the live web process (SendMessage
+    with an inline push config), as a client opens them."""
     agent = AgentFactory(slug=slug, executor="external")
     urls = [f"{V1}task-{i}" for i in range(in_flight + 1)] + [f"{ELSEWHERE}task-x"]
     for i, url in enumerate(urls):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message(f"m{i}"))
-        push_config_create(task=task, config={"id": f"cfg-{i}", "url": url})
-        services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
+        push = {"id": f"cfg-{i}", "url": url}
+        task_id = live_open_task(web.url, agent, push=push, text=f"m{i}")
+        services.task_transition(task_id=task_id, to_state=TaskState.WORKING)
         if i == in_flight:
-            services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
+            services.task_transition(task_id=task_id, to_state=TaskState.COMPLETED)
 
 
 def _move(slug: str, **extra: Any) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def _snapshot(rebind_id: str) -> tuple:
 
 
 def test_a_rebind_started_now_is_read_extended_and_cut_over(api_web, tokens):
-    _agent("live-now")
+    _agent(api_web, "live-now")
     api = tokens.client("rebind", name="rebinder")
     actor = "api:rebinder-user"
 
@@ -170,7 +171,7 @@ def test_a_rebind_started_now_is_read_extended_and_cut_over(api_web, tokens):
 
 
 def test_a_scheduled_rebind_waits_for_its_time_then_advances_and_is_aborted(api_web, tokens):
-    _agent("live-at")
+    _agent(api_web, "live-at")
     api = tokens.client("rebind", name="scheduler")
     at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
     started = api.post("/api/v1/rebinds/", json=_move("live-at", at=at.isoformat()))
@@ -221,7 +222,7 @@ def test_a_scheduled_rebind_waits_for_its_time_then_advances_and_is_aborted(api_
 
 
 def test_a_scheduled_rebind_aborted_before_its_time_removes_its_clocked_job(api_web, tokens):
-    _agent("live-later")
+    _agent(api_web, "live-later")
     api = tokens.client("rebind", name="planner")
     at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
     rebind_id = api.post("/api/v1/rebinds/", json=_move("live-later", at=at.isoformat())).json()[
@@ -243,7 +244,7 @@ def test_a_scheduled_rebind_aborted_before_its_time_removes_its_clocked_job(api_
 
 
 def test_a_new_url_the_ssrf_policy_refuses_is_a_400_and_writes_nothing(api_web, tokens):
-    _agent("live-ssrf", in_flight=1)
+    _agent(api_web, "live-ssrf", in_flight=1)
     api = tokens.client("rebind")
     private = {"agent": "live-ssrf", "movePrefix": {"old": V1, "new": "http://10.1.2.3/v2/"}}
     refused = api.post("/api/v1/rebinds/", json=private)
@@ -257,23 +258,26 @@ def test_a_new_url_the_ssrf_policy_refuses_is_a_400_and_writes_nothing(api_web, 
     assert not _audit("live-ssrf")
 
 
-def _rebinds_in_every_state(api) -> dict[str, str]:
+def _rebinds_in_every_state(api_web, api) -> dict[str, str]:
     """One rebind per state an operation can be refused in, each on its own agent, driven
     there through the API: state → rebind id."""
     out = {}
     at = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
-    _agent("st-scheduled", in_flight=1)
+    _agent(api_web, "st-scheduled", in_flight=1)
     out["scheduled"] = api.post("/api/v1/rebinds/", json=_move("st-scheduled", at=at)).json()["id"]
-    _agent("st-preparing", in_flight=1)  # a rotation: the new key is published, not signing
+    _agent(
+        api_web, "st-preparing", in_flight=1
+    )  # a rotation: the new key is published, not signing
     out["preparing"] = api.post(
         "/api/v1/rebinds/", json={"agent": "st-preparing", "rotateKey": True}
     ).json()["id"]
     for state in ("draining", "cut_over", "aborted"):
-        _agent(f"st-{state}", in_flight=1)
-        out[state] = api.post("/api/v1/rebinds/", json=_move(f"st-{state}")).json()["id"]
+        slug = f"st-{state}".replace("_", "-")  # a slug a client can reach (agents.models)
+        _agent(api_web, slug, in_flight=1)
+        out[state] = api.post("/api/v1/rebinds/", json=_move(slug)).json()["id"]
     assert api.post(f"/api/v1/rebinds/{out['cut_over']}/cutover").status_code == 200
     assert api.post(f"/api/v1/rebinds/{out['aborted']}/abort", json={}).status_code == 200
-    _agent("st-completed", in_flight=0)  # nothing in flight: the drain completes at once
+    _agent(api_web, "st-completed", in_flight=0)  # nothing in flight: the drain completes at once
     out["completed"] = api.post("/api/v1/rebinds/", json=_move("st-completed")).json()["id"]
     states = {str(pk): state for pk, state in Rebind.objects.values_list("pk", "state")}
     assert {state: states[rebind_id] for state, rebind_id in out.items()} == {s: s for s in out}, (
@@ -297,7 +301,7 @@ def test_every_illegal_transition_is_a_409_with_the_documented_body_and_changes_
     api_web, tokens
 ):
     api = tokens.client("rebind", name="stepper")
-    by_state = _rebinds_in_every_state(api)
+    by_state = _rebinds_in_every_state(api_web, api)
     refused = 0
     for operation, path in PATHS.items():
         for state, rebind_id in by_state.items():
@@ -330,7 +334,7 @@ def test_every_illegal_transition_is_a_409_with_the_documented_body_and_changes_
 
 
 def test_a_token_of_a_lower_scope_gets_403_and_changes_nothing(api_web, tokens):
-    _agent("live-scope")
+    _agent(api_web, "live-scope")
     runner = tokens.client("rebind", name="runner")
     rebind_id = runner.post("/api/v1/rebinds/", json=_move("live-scope")).json()["id"]
     move = ChannelMove.objects.filter(rebind_id=rebind_id).first().pk

@@ -15,9 +15,9 @@ from agents.services import api_key_create
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
+from tests import protocol_push
 from tests.factories import AgentFactory, user_message
 from webhooks.rebind import RebindRequest, rebind_cutover, rebind_start
-from webhooks.services import push_config_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("public_dns")]
 
@@ -64,16 +64,15 @@ def store(api_web, http):
     )
     services.task_transition(task_id=made["done"], to_state=TaskState.COMPLETED)
     made["beta"] = services.task_create(agent=beta, owner="anonymous", message=user_message("c")).pk
-    orphan = services.task_create(agent=alpha, owner="anonymous", message=user_message("d"))
-    push_config_create(
-        task=orphan,
-        config={
-            "id": "cfg-1",
-            "url": f"{V1}t",
-            "token": SECRETS[0],
-            "authentication": {"scheme": "Bearer", "credentials": SECRETS[1]},
-        },
-    )
+    # Registered through the protocol as a client does (in process: the test's DNS answers
+    # for client.example.org), so the rebind's notices can name the agent's JWKS.
+    push = {
+        "id": "cfg-1",
+        "url": f"{V1}t",
+        "token": SECRETS[0],
+        "authentication": {"scheme": "Bearer", "credentials": SECRETS[1]},
+    }
+    orphan = Task.objects.get(pk=protocol_push.open_task(alpha, push=push, text="d"))
     services.task_transition(task_id=orphan.pk, to_state=TaskState.WORKING)
     rebind = rebind_start(RebindRequest(agent=alpha, move_from=V1, move_to=V2), actor="test")
     rebind_cutover(rebind.pk, actor="test")

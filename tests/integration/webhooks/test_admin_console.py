@@ -4,7 +4,8 @@ Signing keys on the agent's page: public parts only, rotation is the rebind wiza
 prefilled, a retiring key's retirement confirms, then retires through webhooks/key_actions.py
 (audited; refused while an open rebind holds the key, and to anyone without run_rebind).
 A task's page shows its channel history; a push config's page its versions with the
-credentials masked. Everything is written by the services.
+credentials masked. Everything is written by the services; tasks and their push configs
+through the protocol.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from django.contrib.auth.models import Permission
 from agents.models import SigningKey, SigningKeyState
 from agents.signing import signing_key_rotate
 from tasks import services
+from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import open_task
 from webhooks.models import OperatorAction, PushConfig
 from webhooks.rebind import rebind_start
 from webhooks.rebind_checks import RebindRequest
-from webhooks.services import push_config_create
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
@@ -30,13 +32,15 @@ V2 = "https://hooks.example.org/v2/"
 
 
 @pytest.fixture
-def agent(db):
+def agent(transactional_db):
+    # Transactional: tasks are opened through the protocol app, whose ORM calls run on other
+    # threads (tests/protocol_push.py).
     return AgentFactory(slug="shop-bot", executor="external")
 
 
-def in_flight(agent, config: dict):
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
-    push_config_create(task=task, config=config)
+def in_flight(agent, config: dict) -> Task:
+    """A WORKING task opened through the protocol with `config` inline, as a client opens it."""
+    task = Task.objects.get(pk=open_task(agent, push=config))
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
     return task
 
@@ -128,7 +132,12 @@ def test_task_page_shows_its_channel_history(agent, superuser):
     # v1 takes no new deliveries (retired) but still carries the notice; v2 waits for it.
     assert "<td>c.v1</td><td>retired</td><td>https://hooks.example.org/v1/t?…</td>" in html
     assert "<td>c.v2</td><td>waiting</td><td>https://hooks.example.org/v2/t?…</td>" in html
-    assert f"<td>{str(rebind.pk)[:8]}</td><td>c</td><td>v1 → v2</td><td>notice_pending" in html
+    # The move: its rebind linked, its state by its label (webhooks/admin.py).
+    link = f'<a href="/admin/webhooks/rebind/{rebind.pk}/change/">{str(rebind.pk)[:8]}</a>'
+    assert (
+        f"<td>{link}</td><td>c</td><td>v1 → v2</td><td>notice pending on the old channel</td>"
+        in html
+    )
     assert "channel-changed" in html  # the notice on the old version
     assert "query-secret" not in html
 

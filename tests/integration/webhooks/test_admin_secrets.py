@@ -18,12 +18,13 @@ from a2a_platform.api.services import api_token_create
 from agents.models import Agent, SigningKey
 from agents.services import api_key_create
 from tasks import services
+from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests import protocol_push
+from tests.factories import AgentFactory
 from webhooks.models import PushBinding, PushConfig, Rebind
 from webhooks.rebind import rebind_start
 from webhooks.rebind_checks import RebindRequest
-from webhooks.services import push_config_create
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
@@ -52,17 +53,17 @@ CREDENTIALS = "webhook-credentials-secret"
 
 
 @pytest.fixture
-def secrets(db) -> list[str]:
-    """Every kind of stored secret, written by the services; their clear and stored forms."""
+def secrets(transactional_db) -> list[str]:
+    """Every kind of stored secret, written by the services (the push config through the
+    protocol, as a client registers it); their clear and stored forms."""
     agent = AgentFactory(slug="shop-bot", executor="external")
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
     config = {
         "id": "c",
         "url": "https://hooks.example.org/hook",
         "token": TOKEN,
         "authentication": {"scheme": "Basic", "credentials": CREDENTIALS},
     }
-    push_config_create(task=task, config=config)
+    task = Task.objects.get(pk=protocol_push.open_task(agent, push=config))
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
     rebind_start(
         RebindRequest(

@@ -9,19 +9,22 @@ import pytest
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.protocol_push import task_with_push
 from webhooks.delivery_actions import delivery_retry_now
 from webhooks.models import Delivery, Endpoint, OperatorAction
 from webhooks.rebind import RebindRequest, rebind_cutover, rebind_orphans, rebind_start
 from webhooks.selectors import endpoint_health, task_channel_history
 from webhooks.services import push_config_create, push_config_delete
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("public_dns")]
+# Transactional: a task a rebind acts on is opened through the protocol app, whose ORM calls
+# run on other threads (tests/protocol_push.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("public_dns")]
 
 
 def _moved_task(agent, rounds: int):
-    """A task whose config went through `rounds` cutover rebinds (each re-bound)."""
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-    push_config_create(task=task, config={"id": "c", "url": "https://h.example.org/r0/t"})
+    """A task (opened through the protocol with its config inline) whose config went through
+    `rounds` cutover rebinds (each re-bound)."""
+    task = task_with_push(agent, "https://h.example.org/r0/t", config_id="c")
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     for n in range(rounds):
         old, new = f"https://h.example.org/r{n}/", f"https://h.example.org/r{n + 1}/"

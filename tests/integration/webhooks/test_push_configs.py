@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 
 from a2a_platform.lib.crypto import decrypt
+from agents.card_render import PUSH_CHANNEL_URI
 from agents.services import api_key_create
 from tasks import services
 from tasks.models import Task
@@ -288,8 +289,18 @@ def test_create_with_an_existing_id_under_cutover_switches_to_version_two_at_onc
     for pk in owed_under_v1:
         delivery = Delivery.objects.get(pk=pk)
         assert (delivery.binding_id, delivery.state) == (v1.pk, DeliveryState.PENDING)
-    snapshot = push.deliveries.exclude(pk__in=owed_under_v1).get()
+    # The switch is announced on v1 first (a config's deliveries go in order), so a receiver
+    # that trusts v1 learns v2 before v2's snapshot arrives (docs/rebinds.md).
+    notice, snapshot = push.deliveries.exclude(pk__in=owed_under_v1).order_by("id")
+    assert (notice.kind, notice.binding_id, notice.state) == ("notice", v1.pk, "pending")
+    entry = json.loads(notice.body)["statusUpdate"]["metadata"][PUSH_CHANNEL_URI]
+    assert (entry["notice"], entry["policy"], entry["newChannel"]["version"]) == (
+        "channel-changed",
+        "cutover",
+        "cfg.v2",
+    )
     assert (snapshot.kind, snapshot.binding_id, snapshot.seq) == ("snapshot", bindings[1].pk, 2)
+    assert snapshot.state == DeliveryState.PENDING  # not held: v2 took over at once
     services.task_transition(task_id=task_id, to_state=TaskState.COMPLETED)
     latest = push.deliveries.latest("id")
     assert (latest.kind, latest.binding_id, latest.seq) == ("status", bindings[1].pk, 3)

@@ -30,6 +30,7 @@ from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import AgentFactory, user_message
+from tests.protocol_push import card_jwks_url, delete, register, task_with_push, verified_notice
 from tests.readiness_helpers import mark_workers_live
 from webhooks import rebind_machine
 from webhooks.delivery import delivery_claim_head, delivery_record
@@ -60,7 +61,7 @@ from webhooks.rebind import (
     retire_margin,
 )
 from webhooks.selectors import rebind_stragglers
-from webhooks.services import delivery_sweep, push_config_create, push_config_delete
+from webhooks.services import delivery_sweep
 from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
@@ -88,22 +89,22 @@ def clock(time_machine):
 
 
 def in_flight(agent, n: int = 3, state=TaskState.WORKING, prefix: str = V1) -> list[Task]:
+    """`n` tasks opened through the protocol (SendMessage with an inline push config
+    `cfg-<i>` at `<prefix>task-<i>`: the binding's issuer is the agent's URL, as for a
+    client), then moved to `state`."""
     tasks = []
     for i in range(n):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message(f"t{i}"))
-        push_config_create(
-            task=task, config={"id": f"cfg-{i}", "url": f"{prefix}task-{i}"}, issuer=ISSUER
-        )
+        task = task_with_push(agent, f"{prefix}task-{i}", config_id=f"cfg-{i}")
         services.task_transition(task_id=task.pk, to_state=state)
         tasks.append(task)
     return tasks
 
 
-ISSUER = "https://agents.example.org/a/.well-known/agent-card.json"
-
-
-def deliver_all(answer: TransportResult = OK) -> list[tuple[str, str, int]]:
-    """Deliver every due head, config by config, in order: (binding url, kind, seq) sent."""
+def deliver_all(
+    answer: TransportResult = OK, notices: list | None = None
+) -> list[tuple[str, str, int]]:
+    """Deliver every due head, config by config, in order: (binding url, kind, seq) sent.
+    The claims of the notices sent are appended to `notices`, when given."""
     sent = []
     progress = True
     while progress:
@@ -112,6 +113,8 @@ def deliver_all(answer: TransportResult = OK) -> list[tuple[str, str, int]]:
             while (claim := delivery_claim_head(config_pk=push.pk)) is not None:
                 row = Delivery.objects.select_related("binding").get(pk=claim.delivery_pk)
                 sent.append((row.binding.url, row.kind, row.seq))
+                if notices is not None and row.kind == "notice":
+                    notices.append(claim)
                 delivery_record(claim=claim, result=answer)
                 progress = True
                 if answer is not OK:
@@ -148,7 +151,8 @@ def test_drain_moves_each_task_after_its_notice_is_delivered_on_the_old_path(age
     for task in tasks:  # the incident: the tasks now wait for input
         services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
 
-    sent = deliver_all()
+    claims: list = []
+    sent = deliver_all(notices=claims)
     # Per config: the notice on v1 first, then the held INPUT_REQUIRED status on v2.
     for i in range(3):
         mine = [s for s in sent if s[0].endswith(f"task-{i}")]
@@ -166,7 +170,16 @@ def test_drain_moves_each_task_after_its_notice_is_delivered_on_the_old_path(age
     assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/"
     assert payload["newChannel"]["origin"] == "https://client.example.org:443"
     assert payload["fromSeq"] == 3
-    assert payload["jwksUrl"] == "https://agents.example.org/a/.well-known/jwks.json"
+    # The JWKS the card advertises (beside the agent's URL the configs were registered at),
+    # and each notice as a strict receiver reads it (verified, then parse_channel_notice).
+    advertised = card_jwks_url(agent)
+    assert advertised == "http://testserver/.well-known/jwks.json"
+    assert payload["jwksUrl"] == advertised
+    assert len(claims) == 3
+    for claim in claims:
+        read = verified_notice(claim, agent)
+        assert (read.kind, read.jwks_url, read.from_seq) == ("channel-changed", advertised, 3)
+        assert read.new_channel.path_prefix == "/hooks/v2/"
 
     rebind = rebind_advance(rebind.pk)
     assert rebind.state == RebindState.COMPLETED
@@ -232,7 +245,15 @@ def test_key_rotation_publishes_first_then_signs_and_retires_after_the_margin(ag
     assert payload["oldChannel"]["keyIds"] == [old.kid]
     assert payload["newChannel"]["keyIds"] == [new.kid]
     assert payload["newChannel"]["version"].endswith(".v2")  # same URL, next version
-    deliver_all()
+    advertised = card_jwks_url(agent)
+    assert payload["jwksUrl"] == advertised
+    claims: list = []
+    deliver_all(notices=claims)
+    assert len(claims) == 2
+    for claim in claims:  # signed by both keys; a receiver holding either verifies it
+        read = verified_notice(claim, agent)
+        assert (read.kind, read.jwks_url) == ("channel-changed", advertised)
+        assert read.new_channel.key_ids == (new.kid,)
     rebind = rebind_advance(rebind.pk)
     assert rebind.state == RebindState.COMPLETED
     assert rebind.old_key_retire_after == T0 + timedelta(seconds=30 + retire_margin())
@@ -249,7 +270,7 @@ def test_key_rotation_publishes_first_then_signs_and_retires_after_the_margin(ag
 
 def test_client_reregistration_is_a_one_task_rebind_that_completes(agent):
     task = in_flight(agent, 1)[0]
-    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}moved"}, issuer=ISSUER)
+    register(agent, task.pk, {"id": "cfg-0", "url": f"{V2}moved"})
     rebind = Rebind.objects.get()
     assert (rebind.config_id, rebind.actor) == (PushConfig.objects.get().pk, "client anonymous")
     deliver_all()
@@ -258,8 +279,8 @@ def test_client_reregistration_is_a_one_task_rebind_that_completes(agent):
 
 def test_reregistering_again_before_the_notice_replaces_the_waiting_version(agent):
     task = in_flight(agent, 1)[0]
-    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}a"})
-    push_config_create(task=task, config={"id": "cfg-0", "url": f"{V2}b"})
+    register(agent, task.pk, {"id": "cfg-0", "url": f"{V2}a"})
+    register(agent, task.pk, {"id": "cfg-0", "url": f"{V2}b"})
     push = PushConfig.objects.get()
     v2, v3 = push.bindings.get(version=2), push.bindings.get(version=3)
     assert v2.retired_at is not None
@@ -326,6 +347,12 @@ def test_deadline_alerts_then_cuts_over_a_task_left_in_input_required(agent, clo
     payload = json.loads(final.body)["statusUpdate"]["metadata"][URI]
     assert payload["notice"] == "channel-orphaned"
     assert "newChannel" not in payload
+    advertised = card_jwks_url(agent)
+    assert payload["jwksUrl"] == advertised
+    claims: list = []
+    deliver_all(notices=claims)
+    [read] = [verified_notice(claim, agent) for claim in claims]
+    assert (read.kind, read.jwks_url, read.new_channel) == ("channel-orphaned", advertised, None)
 
 
 def test_extend_once_on_timeout_then_cut_over(agent, clock):
@@ -363,20 +390,30 @@ def test_cutover_orphans_in_flight_tasks_with_a_final_notice_and_visible_reasons
     superseded = Delivery.objects.filter(state=DeliveryState.SUPERSEDED)
     assert superseded.count() == 4
     assert {d.last_error for d in superseded} == {f"rebind {rebind.pk} cut over"}
-    sent = deliver_all()
+    claims: list = []
+    sent = deliver_all(notices=claims)
     assert sorted(s[1] for s in sent) == ["notice", "notice"]
+    advertised = card_jwks_url(agent)
+    for claim in claims:
+        read = verified_notice(claim, agent)
+        assert (read.kind, read.jwks_url) == ("channel-orphaned", advertised)
     for task in tasks:
         got = wire.rpc("GetTask", {"id": str(task.pk)})["result"]
         assert got["metadata"][URI]["orphaned"] is True
     # Later events wait on the new version until an operator re-binds the orphans.
     services.task_transition(task_id=tasks[0].pk, to_state=TaskState.COMPLETED)
     assert Delivery.objects.filter(state=DeliveryState.HELD).count() == 1
-    assert rebind_orphans(rebind.pk, actor="ops") == 2
+    # Only the task still in flight is re-bound: the finished one's client was told to
+    # GetTask, and a channel for a task that can emit nothing more is not opened; what its
+    # version held ends superseded, with the reason (docs/rebinds.md).
+    assert rebind_orphans(rebind.pk, actor="ops") == 1
+    [held] = Delivery.objects.filter(task=tasks[0], binding__version=2)
+    assert (held.state, held.last_error) == (
+        DeliveryState.SUPERSEDED,
+        "the task finished while orphaned: not re-bound (GetTask shows it)",
+    )
     sent = deliver_all()
-    assert sorted((s[0], s[1]) for s in sent) == [
-        (f"{V2}task-0", "snapshot"),
-        (f"{V2}task-1", "snapshot"),
-    ]
+    assert sorted((s[0], s[1]) for s in sent) == [(f"{V2}task-1", "snapshot")]
     got = wire.rpc("GetTask", {"id": str(tasks[1].pk)})["result"]
     assert URI not in got.get("metadata", {})
 
@@ -390,6 +427,12 @@ def test_operator_cutover_of_a_drain_replaces_an_undelivered_notice(agent):
     kinds = dict(Delivery.objects.filter(kind="notice").values_list("state", "body"))
     assert set(kinds) == {DeliveryState.SUPERSEDED, DeliveryState.PENDING}
     assert "channel-orphaned" in kinds[DeliveryState.PENDING]
+    final = json.loads(kinds[DeliveryState.PENDING])["statusUpdate"]["metadata"][URI]
+    assert final["jwksUrl"] == card_jwks_url(agent)
+    claims: list = []
+    deliver_all(notices=claims)
+    [read] = [verified_notice(claim, agent) for claim in claims]
+    assert (read.kind, read.jwks_url) == ("channel-orphaned", final["jwksUrl"])
     task.refresh_from_db()
     assert task.metadata[URI]["orphaned"] is True
 
@@ -727,7 +770,7 @@ def test_a_config_deleted_mid_drain_ends_its_move_and_its_held_deliveries(agent)
     deliver_all()
     rebind = rebind_start(RebindRequest(agent=agent, move_from=V1, move_to=V2), actor="ops")
     services.task_transition(task_id=a.pk, to_state=TaskState.INPUT_REQUIRED)
-    push_config_delete(task=a, config_id="cfg-0")
+    delete(agent, a.pk, "cfg-0")
     assert set(Delivery.objects.filter(task=a, seq=3).values_list("state", flat=True)) == {
         DeliveryState.CANCELED
     }

@@ -1,9 +1,15 @@
 """Rebinds with real processes: a web process (the JWKS the receivers read, GetTask), a
 Celery worker delivering, beat firing the rebind monitor and clocked jobs, and receivers on
 aiohttp that verify each delivery live as a client would (tests/receivers/
-verifying_receiver.py): one re-reads the JWKS every 2 s and trusts only what it last read,
-the other keeps a per-task channel history (webhooks.receiver.ChannelTrust). A rejected
-delivery is answered 401 and recorded with its reason.
+verifying_receiver.py, the strict receiver of docs/webhooks-receiving.md section 5): one
+re-reads the JWKS every 2 s and trusts only what it last read, the other keeps a per-task
+channel history (webhooks.receiver.ChannelTrust). Both read every delivery with
+parse_channel_notice; a rejected delivery (a malformed notice, one naming another JWKS than
+the card's) is answered non-2xx and recorded with its reason.
+
+Tasks and push configs are made through the live web process (SendMessage, Create-
+TaskPushNotificationConfig over HTTP), so each binding's issuer is what the protocol stores:
+the agent's URL on that process.
 
 The operator runs the rebind with the `rebind` command, as documented in the README.
 """
@@ -24,8 +30,9 @@ from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests import live
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
 from tests.processes import wait_until
+from tests.protocol_push import card_jwks_url, live_base_url, live_open_task, task_with_push
 from tests.readiness_helpers import mark_workers_live
 from tests.webhook_checks import ALLOWED, start_beat, start_worker
 from tests.webhook_receiver import ReceiverProcess
@@ -41,7 +48,6 @@ from webhooks.models import (
     RebindState,
 )
 from webhooks.rebind import RebindRequest, rebind_start
-from webhooks.services import push_config_create
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -79,8 +85,10 @@ def agent(transactional_db):
 
 def verifying_receiver(procs, web, agent, mode: str) -> ReceiverProcess:
     """An aiohttp receiver verifying as a client would, stopped with `procs`'s processes (it
-    polls the JWKS for ever: one left running outlived the test run)."""
-    jwks = f"{web.url}/{agent.slug}/.well-known/jwks.json"
+    polls the JWKS for ever: one left running outlived the test run). It trusts the JWKS the
+    agent's card advertises, and the agent's URL as a webhook JWT's issuer."""
+    jwks = card_jwks_url(agent, web_url=web.url)
+    assert jwks == f"{web.url}/{agent.slug}/.well-known/jwks.json"
     receiver = ReceiverProcess(
         procs.log_dir,
         name=mode,
@@ -93,6 +101,8 @@ def verifying_receiver(procs, web, agent, mode: str) -> ReceiverProcess:
             jwks,
             "--mode",
             mode,
+            "--issuer",
+            live_base_url(web.url, agent),
         ],
     )
     receiver.start()
@@ -101,15 +111,12 @@ def verifying_receiver(procs, web, agent, mode: str) -> ReceiverProcess:
 
 
 def open_tasks(web, agent, receiver, n: int, prefix: str = "/hooks/v1/") -> list[Task]:
-    issuer = f"{web.url}/{agent.slug}/.well-known/agent-card.json"
+    """`n` tasks opened through the live web process (SendMessage with an inline push config
+    `cfg-<i>` at the receiver's `<prefix>task-<i>`), then WORKING."""
     tasks = []
     for i in range(n):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-        push_config_create(
-            task=task,
-            config={"id": f"cfg-{i}", "url": f"{receiver.origin}{prefix}task-{i}"},
-            issuer=issuer,
-        )
+        push = {"id": f"cfg-{i}", "url": f"{receiver.origin}{prefix}task-{i}"}
+        task = Task.objects.get(pk=live_open_task(web.url, agent, push=push))
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
         tasks.append(task)
     return tasks
@@ -159,6 +166,16 @@ def notice_of(record) -> dict | None:
     return (body.get("statusUpdate", {}).get("metadata") or {}).get(URI)
 
 
+def assert_strict_notice(record, kind: str, jwks: str) -> dict:
+    """The notice `record` carries names the card's JWKS, and the strict receiver verified it
+    and read it with parse_channel_notice (its answer says what it read): its payload."""
+    payload = notice_of(record)
+    assert payload is not None, record.body
+    assert (payload["notice"], payload["jwksUrl"]) == (kind, jwks)
+    assert record.answer == {"status": 200, "kind": "verified", "notice": kind, "jwksUrl": jwks}
+    return payload
+
+
 @pytest.mark.parametrize("mode", ["jwks-poll", "channels"])
 def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, mode):
     """Three tasks WORKING; the operator rotates the key and moves hooks/v1 → hooks/v2 with
@@ -197,6 +214,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
     rejected = [(r.path, r.answer.get("reason")) for r in records if r.answer["status"] != 200]
     assert rejected == []
     assert rebind.counts["moved"] == 3
+    jwks = card_jwks_url(agent, web_url=web.url)
     for task in tasks:
         mine = by_task(records)[str(task.pk)]
         paths = [r.path.rsplit("/", 2)[1] for r in mine]  # v1 / v2
@@ -207,7 +225,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
         assert json.loads(mine[-1].body)["statusUpdate"]["status"]["state"] == (
             "TASK_STATE_INPUT_REQUIRED"
         )
-        payload = notice_of(mine[notice_at])
+        payload = assert_strict_notice(mine[notice_at], "channel-changed", jwks)
         assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/"
         assert payload["newChannel"]["keyIds"] == [rebind.new_key.kid]
 
@@ -240,8 +258,11 @@ def test_cutover_orphans_visibly_with_a_final_notice(web, procs, tmp_path, agent
         assert mark["orphaned"] is True
         assert mark["orphanedChannels"][0]["rebindId"] == str(rebind.pk)
     records = receiver.records()
-    finals = [notice_of(r) for r in records if r.header("x-a2a-event-kind") == "notice"]
-    assert [f["notice"] for f in finals] == ["channel-orphaned", "channel-orphaned"]
+    jwks = card_jwks_url(agent, web_url=web.url)
+    finals = [r for r in records if r.header("x-a2a-event-kind") == "notice"]
+    assert len(finals) == 2
+    for final in finals:
+        assert_strict_notice(final, "channel-orphaned", jwks)
     # After the cutover, a task's events wait (held, visible) for an operator's re-bind.
     services.task_transition(task_id=tasks[0].pk, to_state=TaskState.COMPLETED)
     held = Delivery.objects.get(task=tasks[0], seq=3)
@@ -338,14 +359,16 @@ def test_a_client_reregistering_mid_task_is_moved_after_a_notice(web, procs, tmp
         ("v2", "status"),
     ]
     assert all(r.answer["status"] == 200 for r in mine)
+    [notice] = [r for r in firsts.values() if r.header("x-a2a-event-kind") == "notice"]
+    payload = assert_strict_notice(notice, "channel-changed", card_jwks_url(agent, web_url=web.url))
+    assert payload["newChannel"]["pathPrefix"] == "/hooks/v2/task-0"  # the one new URL's path
     rebind = Rebind.objects.get()
     assert wait_state(rebind, RebindState.COMPLETED).actor == "client anonymous"
 
 
 def test_two_rebinds_racing_for_the_same_scope_open_one(agent, public_dns):
     prefix = "https://client.example.org/hooks/v1/"
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-    push_config_create(task=task, config={"id": "c", "url": f"{prefix}x"})
+    task_with_push(agent, f"{prefix}x", config_id="c")
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
@@ -407,7 +430,7 @@ def test_a_deadline_reached_with_a_task_in_input_required_cuts_over_by_beat(
     alert = Alert.objects.get(kind=AlertKind.REBIND_DEADLINE, rebind=rebind)
     assert "100% of its deadline" in alert.message
     mine = by_task(receiver.records())[str(task.pk)]
-    assert notice_of(mine[-1])["notice"] == "channel-orphaned"
+    assert_strict_notice(mine[-1], "channel-orphaned", card_jwks_url(agent, web_url=web.url))
     assert mine[-1].path == "/hooks/v1/task-0"
     got = httpx.get(
         f"{web.url}/{agent.slug}/tasks/{task.pk}", headers={"A2A-Version": "1.0"}, timeout=10

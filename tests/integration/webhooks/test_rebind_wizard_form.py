@@ -16,15 +16,18 @@ from django.utils import timezone
 
 from a2a_platform.lib import crypto
 from tasks import services
+from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory
+from tests.protocol_push import open_task
 from webhooks.errors import RebindInvalid
 from webhooks.forms import SEALED_MAX_AGE_SECONDS
 from webhooks.models import PushBinding, PushConfig, Rebind
 from webhooks.rebind_checks import RebindRequest, rebind_preview
-from webhooks.services import push_config_create
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("public_dns")]
+# Transactional: the config is made through the protocol app, whose ORM calls run on other
+# threads (tests/protocol_push.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("public_dns")]
 
 URL = "https://client.example.org/hooks/v1/task-0"
 START = "/admin/webhooks/rebind/start/"
@@ -34,17 +37,16 @@ CREDENTIALS = "cred-never-shown-91bc"
 
 @pytest.fixture
 def config():
+    """A WORKING task's config with a token and credentials, registered through the protocol
+    (SendMessage with it inline), as a client registers it."""
     agent = AgentFactory(slug="hooks", executor="external")
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
-    push_config_create(
-        task=task,
-        config={
-            "id": "cfg-0",
-            "url": URL,
-            "token": "old-token",
-            "authentication": {"scheme": "Basic", "credentials": "old-credentials"},
-        },
-    )
+    push = {
+        "id": "cfg-0",
+        "url": URL,
+        "token": "old-token",
+        "authentication": {"scheme": "Basic", "credentials": "old-credentials"},
+    }
+    task = Task.objects.get(pk=open_task(agent, push=push))
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     return PushConfig.objects.get(task=task)
 

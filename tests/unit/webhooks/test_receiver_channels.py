@@ -436,6 +436,31 @@ def test_channels_orphaned_notice_marks_the_task(key_a, key_b):
     )
 
 
+def test_channels_an_orphan_rebound_under_dual_signatures_trusts_the_new_key(key_a, key_b):
+    """A cutover with a key rotation, then a re-bind: the new channel's first delivery is
+    signed by the new key and the retiring one (kid-a, the key the task's old channel was
+    pinned to). Before, the old pin verified it first, so the new channel trusted kid-a alone
+    and every delivery was refused once kid-a retired (found on `make run`)."""
+    receiver = Receiver(verifier_for(key_a, key_b))
+    receiver.receive(V1Sender([key_a]).deliver(event_id="e1", seq=1, binding_version=V1))
+    body = notice_body(kind="channel-orphaned", new=None, from_seq=None)
+    receiver.receive(V1Sender([key_b, key_a]).deliver(event_id="e2", seq=2, body=body))
+    assert receiver.channels.is_orphaned(TASK) is True
+    # Re-bound: a snapshot on V2 signed by both live keys, the new one hinted first.
+    rebound = V1Sender([key_b, key_a]).deliver(event_id="e3", seq=2, binding_version=V2)
+    assert receiver.receive(rebound).key_id == "kid-b"
+    assert Channel(V2, ("kid-b",)) in receiver.channels.channels(TASK)
+    # kid-a retires: the new channel keeps verifying with the key it trusted.
+    later = Receiver(verifier_for(key_b), receiver.channels)
+    assert later.receive(V1Sender([key_b]).deliver(event_id="e4", seq=3, binding_version=V2))
+    # A late retry on the old channel while orphaned still verifies with its pin.
+    receiver = Receiver(verifier_for(key_a, key_b))
+    receiver.receive(V1Sender([key_a]).deliver(event_id="f1", seq=1, binding_version=V1))
+    receiver.receive(V1Sender([key_a]).deliver(event_id="f2", seq=2, body=body))
+    late = receiver.receive(V1Sender([key_b, key_a]).deliver(event_id="f0", binding_version=V1))
+    assert (late.key_id, receiver.channels.is_orphaned(TASK)) == ("kid-a", True)
+
+
 def test_channels_orphaned_task_without_trust_on_first_use_stays_refused(key_a):
     channels = ChannelTrust(trust_on_first_use=False)
     channels.trust(TASK, V1, ["kid-a"])
