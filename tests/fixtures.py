@@ -45,10 +45,8 @@ class Procs:
         for p in reversed(self.started):
             p.stop()
             print(f"----- {p.name} log (tail) -----\n{p.log()[-6000:]}")  # noqa: T201
-        if any(p.killed for p in self.started):
-            processes.forget_unacked()
         if self.started:
-            processes.forget_bells()
+            processes.forget_broker_state()
 
 
 @pytest.fixture

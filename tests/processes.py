@@ -52,7 +52,6 @@ class Proc:
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        self.killed = False  # SIGKILLed: a worker's unacknowledged messages stay in the broker
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the child)
         self.popen = subprocess.Popen(
             cmd,
@@ -84,7 +83,6 @@ class Proc:
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, sig)
             self.popen.wait(timeout=30)
-            self.killed = self.killed or sig == signal.SIGKILL
 
     def stop(self, timeout: float = 15) -> None:
         if self.popen.poll() is None:
@@ -96,31 +94,20 @@ class Proc:
         self._log.close()
 
 
-def forget_unacked() -> None:
-    """Drop the messages a SIGKILLed worker left unacknowledged in the Redis broker: kombu
-    would restore them only after its visibility timeout (an hour), so later tests that wait
-    for an idle broker would wait on them."""
+def forget_broker_state() -> None:
+    """Empty the test broker's Redis database once a test's processes are stopped, as the
+    suite starts with it empty (tests/conftest.py): the messages a stopped worker left
+    (a warm shutdown restores a running job's message to its queue, which the next test's
+    worker would then run beside the jobs that test starts; a SIGKILLed worker's stay
+    unacknowledged for kombu's visibility timeout, an hour) and the doorbells its jobs held
+    (a2a_platform/lib/doorbell.py: a drain killed while it lingered leaves its bell held for
+    up to its TTL, so the next test's first send would nudge a dead holder instead of
+    publishing a job). No process of the test is left to need any of it."""
     url = settings.CELERY_BROKER_URL
     if url.startswith(("redis://", "rediss://")):
         import redis
 
-        redis.Redis.from_url(url).delete("unacked", "unacked_index")
-
-
-def forget_bells() -> None:
-    """Drop the doorbells (a2a_platform/lib/doorbell.py) the stopped workers' jobs held:
-    stopping a worker kills its pool's running jobs, and a drain killed while it lingered
-    leaves its bell held for up to its TTL, so a later test's first send would nudge a dead
-    holder instead of publishing a job. Dropping a bell is always safe: a live holder's next
-    refresh takes it back, and meanwhile a ring publishes one job more."""
-    url = settings.CELERY_BROKER_URL
-    if url.startswith(("redis://", "rediss://")):
-        import redis
-
-        client = redis.Redis.from_url(url)
-        keys = list(client.scan_iter(match="a2a:doorbell:*"))
-        if keys:
-            client.delete(*keys)
+        redis.Redis.from_url(url).flushdb()
 
 
 def start_worker(
