@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from agents.models import PushChannelPolicy
 from webhooks import rebind_machine
 from webhooks.models import (
     ChannelMove,
@@ -275,7 +276,7 @@ def _rows(rebind: Rebind, now: datetime, limit: int) -> list[dict[str, Any]]:
 def in_flight_text(rebind: Rebind) -> str:
     """What happens to the tasks in flight when the rebind starts, in words (the field
     `finish_on_old` as a ✗ read as its opposite)."""
-    if rebind.policy == "cutover":
+    if rebind.policy == PushChannelPolicy.CUTOVER:
         return "orphaned at once, each told on its old channel (cutover)"
     if rebind.finish_on_old:
         return "stay on the old channel until they end (finish on old)"
@@ -315,7 +316,7 @@ def rebind_console(rebind: Rebind, *, limit: int = MAX_ROWS) -> dict[str, Any]:
             "inFlight": in_flight_text(rebind),
             "onTimeout": rebind.on_timeout,
             "scope": scope_text(rebind),
-            "reason": rebind.reason.removeprefix(" | ").removeprefix("| "),
+            "reason": rebind.reason,
             "counts": counts,
             "progress": progress,
             "deadline": _iso(rebind.deadline),

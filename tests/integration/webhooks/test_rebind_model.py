@@ -176,7 +176,7 @@ class RebindModel(RuleBasedStateMachine):
             args.append("--force")
         command(*args)
 
-    def _open_rebind(self, data) -> str | None:
+    def _some_rebind(self, data) -> str | None:
         ids = list(
             Rebind.objects.filter(agent=self.agent_row)
             .order_by("created_at")
@@ -191,7 +191,7 @@ class RebindModel(RuleBasedStateMachine):
         data=st.data(),
     )
     def drive(self, action: str, data) -> None:
-        pk = self._open_rebind(data)
+        pk = self._some_rebind(data)
         assume(pk is not None)
         extra = {"abort": ["--reason", "model"], "extend": ["--by", "1h"]}.get(action, [])
         command(action, pk, *extra)
