@@ -13,7 +13,7 @@ A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
 export A2A_WEBHOOK_ALLOWED_NETWORKS
 
-.PHONY: run test test-deep install browser lint format bench clean
+.PHONY: run test test-deep install browser bench-tools bench-smoke lint format clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,9 +41,27 @@ browser:
 	    exit 3; \
 	  fi; }
 
-test: install browser
+# The benchmarks' smoke runs (tests/bench, part of `make test`) drive load with Debian's wrk
+# (bench/protocol_bench.py, bench/sdk_compare.py): installed here when missing (root with
+# apt), else a hint.
+bench-tools:
+	@command -v wrk >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's wrk for the benchmarks' smoke runs (tests/bench)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; \
+	  else \
+	    echo "the benchmarks' smoke runs (tests/bench) need wrk: sudo apt-get install wrk"; \
+	    exit 3; \
+	  fi; }
+
+test: install browser bench-tools
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
 	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
+
+# Only the benchmarks' smoke runs (each bench/*.py with --smoke: that it runs, not a figure).
+bench-smoke: install bench-tools
+	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_PROFILE=test $(PY) -m pytest tests/bench $(PYTEST_ARGS)
 
 # The rebind model (tests/integration/webhooks/test_rebind_model.py) at depth: many more
 # examples and steps than `make test` runs, new ones each run (nightly; tens of minutes).

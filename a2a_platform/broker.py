@@ -15,9 +15,9 @@ restart lost.
 
 A publish also reuses the channel's client. kombu builds a new `redis.Redis` for every
 publish (its constructor fills ~170 response callbacks), a third of a job publish's CPU on
-the SendMessage path (docs/decisions.md, "Throughput"). A redis-py client is safe to share
-between threads (each command borrows a connection from the channel's pool), so one per
-channel serves every publish until the channel closes.
+the SendMessage path (docs/decisions.md, "Web and worker processes"). A redis-py client is
+safe to share between threads (each command borrows a connection from the channel's pool),
+so one per channel serves every publish until the channel closes.
 """
 
 from contextlib import contextmanager

@@ -86,7 +86,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "webhooks.context_processors.open_alerts",
+                "webhooks.console.context_processors.open_alerts",
             ],
         },
     },
@@ -127,8 +127,8 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Parameters bound by the server and psycopg's automatic prepared statements (a query
     # run 5 times on a connection is prepared there), so PostgreSQL stops parsing, analysing
     # and planning every ORM query again: 46% of its CPU on the SendMessage path before
-    # (docs/decisions.md, "Throughput"). Off only behind a pooler that cannot keep prepared
-    # statements across transactions (PgBouncer in transaction mode before 1.21).
+    # (docs/decisions.md, "Prepared statements and rows"). Off only behind a pooler that cannot
+    # keep prepared statements across transactions (PgBouncer in transaction mode before 1.21).
     if env.bool("A2A_DB_PREPARED_STATEMENTS", default=True):
         _db.setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 
@@ -239,7 +239,7 @@ A2A_DISPATCH_UNCLAIMED_SECONDS = env.int("A2A_DISPATCH_UNCLAIMED_SECONDS", defau
 A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
 # The quick executors' drain job (tasks/executors/runner.py): seconds it claims before it
 # hands over to a fresh job (a worker's warm shutdown waits no longer for it), and seconds it
-# waits out of work for a nudge (a new quick dispatch) before it stops, so a steady stream of
+# waits out of work for a ring (a new quick dispatch) before it stops, so a steady stream of
 # sends is run by one job instead of a job per burst (Redis brokers only).
 A2A_DISPATCH_DRAIN_SECONDS = env.float("A2A_DISPATCH_DRAIN_SECONDS", default=2)
 A2A_DISPATCH_DRAIN_LINGER_SECONDS = env.float("A2A_DISPATCH_DRAIN_LINGER_SECONDS", default=0.5)
@@ -268,12 +268,12 @@ LOGGING = {
         },
         # The platform's line per task and step (created, claimed, moved, answered): at
         # hundreds of tasks a second, hundreds of lines a second and several percent of the
-        # worker's CPU (docs/decisions.md, "Issue 19, seventeenth pass"). The task's events
+        # worker's CPU (docs/decisions.md, "Web and worker processes"). The task's events
         # are its durable record; INFO shows every step.
         "tasks.lifecycle": {"level": env.str("A2A_TASK_LOG_LEVEL", default="WARNING")},
     },
 }
-# The task store and the outbox store (tasks/task_store.py, webhooks/outbox_store.py): "auto"
+# The task store and the outbox store (tasks/task_store/, webhooks/delivery/outbox_store/): "auto"
 # runs their prepared SQL on PostgreSQL and the ORM elsewhere; "orm" forces the ORM on
 # PostgreSQL too (behind a transaction-pooling proxy that cannot keep prepared statements);
 # "postgres" insists on the SQL (refused on another database).
@@ -323,7 +323,7 @@ A2A_WEBHOOK_MAX_CONFIGS_PER_TASK = env.int("A2A_WEBHOOK_MAX_CONFIGS_PER_TASK", d
 # A registration's DNS lookup of its URL's host gets this long (its owner's DNS decides).
 A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS = env.float("A2A_WEBHOOK_CHECK_TIMEOUT_SECONDS", default=5)
 # (issue 18, H4) Off: a webhook host name is not resolved at registration, only at connect
-# time (as on every send): for networks without public DNS (webhooks/ssrf.py).
+# time (as on every send): for networks without public DNS (webhooks/delivery/ssrf.py).
 A2A_WEBHOOK_RESOLVE_AT_REGISTRATION = env.bool("A2A_WEBHOOK_RESOLVE_AT_REGISTRATION", default=True)
 # Sends in flight to one endpoint (origin) across all workers: half a pump's window, so one
 # receiver that starts hanging holds at most half of it until its first failure is recorded.
@@ -334,25 +334,26 @@ A2A_WEBHOOK_ENDPOINT_FAILING_AFTER = env.int("A2A_WEBHOOK_ENDPOINT_FAILING_AFTER
 # the claiming pump's poll interval, so it is taken at the first claim once a slot is free.
 A2A_WEBHOOK_CAP_WAIT_SECONDS = env.float("A2A_WEBHOOK_CAP_WAIT_SECONDS", default=0.1)
 A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS = env.int("A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5)
-# The delivery pump (webhooks/pump.py): sends in flight per pump (tasks on the process's
+# The delivery pump (webhooks/delivery/pump.py): sends in flight per pump (tasks on the process's
 # sender loop: a socket each, no thread), seconds a pump claims before it hands over to a
 # fresh one.
 A2A_WEBHOOK_PUMP_WINDOW = env.int("A2A_WEBHOOK_PUMP_WINDOW", default=64)
 A2A_WEBHOOK_PUMP_SECONDS = env.float("A2A_WEBHOOK_PUMP_SECONDS", default=2)
-# A pump with nothing left to send waits this long for nudges (new writes) before it exits, so
+# A pump with nothing left to send waits this long for rings (new writes) before it exits, so
 # a steady trickle of events rides one pump instead of a broker job each (Redis brokers only).
 A2A_WEBHOOK_PUMP_LINGER_SECONDS = env.float("A2A_WEBHOOK_PUMP_LINGER_SECONDS", default=1)
 # The sweeper vacuums the delivery queue's tables when their dead rows pile up between
-# autovacuum runs (webhooks/maintenance.py; PostgreSQL only). Off for a database whose
+# autovacuum runs (webhooks/delivery/maintenance.py; PostgreSQL only). Off for a database whose
 # operators vacuum these tables on their own schedule.
 A2A_WEBHOOK_VACUUM_QUEUE_TABLES = env.bool("A2A_WEBHOOK_VACUUM_QUEUE_TABLES", default=True)
-# A wake flag whose pump died stops saving broker messages after this long (webhooks/wake.py).
+# The pumps' bell, once its pump died, stops saving broker messages after this long
+# (webhooks/delivery/bell.py; the setting keeps its older name).
 A2A_WEBHOOK_WAKE_TTL_SECONDS = env.float("A2A_WEBHOOK_WAKE_TTL_SECONDS", default=5)
 # Delivery signing keys are read once per this many seconds per worker process (0: always);
 # a key created, rotated or retired signs, or stops signing, in every worker within that time
 # (at once in the process that made the change). Keep a rotation's drain longer than this.
 A2A_SIGNING_KEY_CACHE_SECONDS = env.float("A2A_SIGNING_KEY_CACHE_SECONDS", default=5)
-# --- Rebinds (webhooks/rebind.py, docs/rebinds.md) ------------------------------------
+# --- Rebinds (webhooks/rebinds/operations.py, docs/rebinds.md) ------------------------------------
 # The signature tolerance receivers are assumed to allow (webhooks/receiver.py's default): an
 # old key outlives the last delivery on its channel by the retry horizon plus this.
 A2A_WEBHOOK_SIGNATURE_TOLERANCE_SECONDS = env.int(
@@ -378,7 +379,8 @@ A2A_RETENTION_BATCH = env.int("A2A_RETENTION_BATCH", default=5000)
 # --- Webhook SSRF allowlist -----------------------------------------------------------------
 # Comma-separated CIDRs a webhook may reach even though they are not public (loopback,
 # private, ...); plain http is accepted only to these. Empty: public https destinations only.
-# webhooks/ssrf.py reads it at call time. `make run` with a local receiver: 127.0.0.0/8,::1/128.
+# webhooks/delivery/ssrf.py reads it at call time. `make run` with a local receiver:
+# 127.0.0.0/8,::1/128.
 A2A_WEBHOOK_ALLOWED_NETWORKS = env.list("A2A_WEBHOOK_ALLOWED_NETWORKS", default=[])
 # Certificates of https receivers are checked against this PEM bundle of CA certificates
 # (a private CA, a test CA); empty: the system's trust store. Read when a connection is made.

@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from a2a_platform import health, home
 from a2a_platform.api.fallback import NoRoute
-from webhooks import admin_views
+from webhooks.console import views as admin_views
 
 # The admin is the operators' console of the platform (its index is the dashboard).
 admin.site.site_header = "A2A Platform"

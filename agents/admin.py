@@ -3,72 +3,32 @@ import copy
 from django import forms
 from django.contrib import admin
 from django.forms.models import construct_instance
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
+from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline, SecretLookupsRefused
 from agents import readiness
 from agents.card_signing import pretty
 from agents.models import Agent, ApiKey, CardVersion, SigningKey, SigningKeyState
 from agents.services import EDITABLE_FIELDS, AgentError, agent_check, agent_save, api_key_revoke
 
-# Every stored secret of the platform (digests of API keys and tokens, encrypted private
-# keys, webhook tokens and credentials, a rebind's new ones). No admin page renders,
-# searches or filters by them, through any relation.
-SECRET_FIELDS = frozenset(
-    {
-        "digest",
-        "private_key_encrypted",
-        "token_encrypted",
-        "credentials_encrypted",
-        "new_token_encrypted",
-        "new_credentials_encrypted",
-    }
-)
 
-
-class SecretLookupsRefused:
-    """A ModelAdmin mixin refusing URL lookups through a secret field, as Django's UserAdmin
-    does for `password`: `?digest__startswith=ab` would let a viewer find a secret a prefix
-    at a time by counting rows. Django then answers 400 (DisallowedModelAdminLookup)."""
-
-    def lookup_allowed(self, lookup, value, request=None):
-        if SECRET_FIELDS.intersection(lookup.split("__")):
-            return False
-        if "\x00" in str(value):  # PostgreSQL refuses NUL in a literal: a 400, not a 500
-            return False
-        return super().lookup_allowed(lookup, value, request)
-
-
-class ApiKeyInline(admin.TabularInline):
+class ApiKeyInline(ReadOnlyInline):
     model = ApiKey
-    extra = 0
-    can_delete = False
     fields = ("name", "kind", "prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = fields
     show_change_link = True
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-
-class SigningKeyInline(admin.TabularInline):
+class SigningKeyInline(ReadOnlyInline):
     """The agent's signing keys, public parts only (kid, algorithm, state, times; the
     private key is no field here). A retiring key links to its retirement (the console's
-    confirmation, refused while an open rebind holds it); rotating is a rebind."""
+    confirmation, refused while an open rebind uses it); rotating is a rebind."""
 
     model = SigningKey
-    extra = 0
-    can_delete = False
     fields = ("kid", "algorithm", "state", "created_at", "retiring_since", "retired_at", "manage")
-    readonly_fields = fields
     ordering = ("-created_at", "-id")
     verbose_name_plural = "signing keys (public parts)"
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="")
     def manage(self, obj: SigningKey):
@@ -78,18 +38,12 @@ class SigningKeyInline(admin.TabularInline):
         return format_html('<a href="{}" class="a2a-retire-key">retire…</a>', url)
 
 
-class CardVersionInline(admin.TabularInline):
+class CardVersionInline(ReadOnlyInline):
     model = CardVersion
-    extra = 0
-    can_delete = False
     fields = ("content_hash", "first_served_at", "last_served_at")
-    readonly_fields = fields
     ordering = ("-last_served_at",)
     show_change_link = True
     verbose_name_plural = "card versions (every distinct card served)"
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 class AgentForm(forms.ModelForm):
@@ -145,40 +99,35 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
     @admin.display(description="readiness (this instance)")
     def readiness_checks(self, obj):
         state = readiness.current()
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks),
-        )
-        return format_html("<table>{}</table>", rows)
+        rows = [(c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks]
+        return render_to_string("admin/agents/agent/rows.html", {"rows": rows})
 
     @admin.display(description="capabilities now, and why one is off")
     def capabilities_now(self, obj):
         if obj.pk is None:
             return "-"
         caps = readiness.capabilities(obj, readiness.current())
-        lines = [(name, "on" if cap.on else "off", cap.reason) for name, cap in caps.items()]
-        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", lines)
-        return format_html("<table>{}</table>", rows)
+        rows = [(name, "on" if cap.on else "off", cap.reason) for name, cap in caps.items()]
+        return render_to_string("admin/agents/agent/rows.html", {"rows": rows})
 
     @admin.display(description="card as last served")
     def card_as_served(self, obj):
         version = obj.card_versions.order_by("-last_served_at", "-id").first() if obj.pk else None
         if version is None:
             return "not served yet"
-        return format_html(
-            "<p>ETag {} · last served {}</p><pre>{}</pre>",
-            version.content_hash[:32],
-            version.last_served_at,
-            pretty(version.card),
-        )
+        context = {
+            "etag": version.content_hash[:32],
+            "served": str(version.last_served_at),  # as before: not the admin's date format
+            "card": pretty(version.card),
+        }
+        return render_to_string("admin/agents/agent/card_as_served.html", context)
 
     def save_model(self, request, obj, form, change):
-        agent_save(agent=obj)  # validated by AgentForm.clean
+        agent_save(agent=obj, actor=request.user.get_username())  # validated by AgentForm.clean
 
 
 @admin.register(CardVersion)
-class CardVersionAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class CardVersionAdmin(ReadOnlyAdmin):
     list_display = ("agent", "content_hash", "first_served_at", "last_served_at")
     list_filter = ("agent",)
     readonly_fields = ("agent", "content_hash", "first_served_at", "last_served_at", "card_json")
@@ -188,16 +137,11 @@ class CardVersionAdmin(SecretLookupsRefused, admin.ModelAdmin):
     def card_json(self, obj):
         return format_html("<pre>{}</pre>", pretty(obj.card))
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
-    """Keys are created with `manage.py create_api_key` (the token is printed once)."""
+class ApiKeyAdmin(ReadOnlyAdmin):
+    """Keys are created with `manage.py create_api_key` (the token is printed once) and
+    revoked by the action (the model's change permission)."""
 
     list_display = ("name", "agent", "kind", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("kind", "agent")
@@ -215,20 +159,22 @@ class ApiKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
     exclude = ("digest",)
     actions = ["revoke"]
 
-    def has_add_permission(self, request):
-        return False
+    def has_delete_permission(self, request, obj=None):
+        # Unlike the other read-only pages, a key row may still be deleted (Django's delete
+        # permission), as it could before this page shared the read-only base.
+        return admin.ModelAdmin.has_delete_permission(self, request, obj)
 
-    @admin.action(description="Revoke selected keys", permissions=["change"])
+    @admin.action(description="Revoke selected keys", permissions=["operate"])
     def revoke(self, request, queryset):
         count = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            api_key_revoke(key_id=key.pk)
+            api_key_revoke(key_id=key.pk, actor=request.user.get_username())
             count += 1
         self.message_user(request, f"revoked {count} key(s)")
 
 
 @admin.register(SigningKey)
-class SigningKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class SigningKeyAdmin(ReadOnlyAdmin):
     """Read-only: keys are created and rotated through agents.signing. The private key is
     never shown (not listed, not a field, not searchable)."""
 
@@ -238,12 +184,3 @@ class SigningKeyAdmin(SecretLookupsRefused, admin.ModelAdmin):
     list_select_related = ("agent",)
     fields = ("kid", "agent", "state", "created_at", "retiring_since", "retired_at")
     readonly_fields = fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

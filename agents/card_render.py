@@ -77,8 +77,8 @@ def security(agent: Agent) -> dict[str, Any]:
 
 
 DELIVERY_EXTENSION_URI = "urn:a2a-platform:ext:webhook-delivery:v1"
-# How the agent moves push channels while tasks are in flight (webhooks/rebind.py): declared
-# in the card, the key of channel notices' metadata and of an orphaned task's mark.
+# How the agent moves push channels while tasks are in flight (webhooks/rebinds/operations.py):
+# declared in the card, the key of channel notices' metadata and of an orphaned task's mark.
 PUSH_CHANNEL_URI = "urn:a2a-platform:ext:push-channel:v1"
 
 

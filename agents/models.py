@@ -1,4 +1,5 @@
-"""Agents (each one a tenant) and the API keys that authenticate callers and worker backends."""
+"""Agents (each one a tenant), the API keys that authenticate callers and worker backends, and
+the operators' audit (`OperatorAction`), which every app's services write."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import uuid
 from django.core.validators import RegexValidator
 from django.db import models
 
-# Slugs that would collide with routes at the origin root (docs/decisions.md, "tenancy").
+# Slugs that would collide with routes at the origin root (docs/decisions.md, "Protocol choices").
 RESERVED_SLUGS = frozenset(
     {
         "tasks",
@@ -56,7 +57,8 @@ class AnonymousListing(models.TextChoices):
 
 
 class PushChannelPolicy(models.TextChoices):
-    """What a rebind of the agent's push channels does with in-flight tasks (webhooks/rebind.py)."""
+    """What a rebind of the agent's push channels does with in-flight tasks
+    (webhooks/rebinds/operations.py)."""
 
     DRAIN = "drain", "drain (notice on the old channel, then move; the default)"
     CUTOVER = "cutover", "cutover (the old channel retires at once; in-flight tasks are orphaned)"
@@ -87,8 +89,9 @@ class Agent(models.Model):
     card_max_age = models.PositiveIntegerField(
         default=60, help_text="Cache-Control max-age of the agent card, in seconds"
     )
-    # The push-channel rebind policy this agent declares in its card (webhooks/rebind.py); a
-    # rebind that names no policy, and a client re-registering a config id, use it.
+    # The push-channel rebind policy this agent declares in its card
+    # (webhooks/rebinds/operations.py); a rebind that names no policy, and a client re-registering
+    # a config id, use it.
     push_rebind_policy = models.CharField(
         max_length=8, choices=PushChannelPolicy.choices, default=PushChannelPolicy.DRAIN
     )
@@ -105,7 +108,7 @@ class Agent(models.Model):
     )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
     auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
-    # Interoperability switches (docs/protocol.md; docs/decisions.md, issue 18).
+    # Interoperability switches (docs/protocol.md; docs/decisions.md, "Protocol choices").
     anonymous_list_tasks = models.CharField(
         max_length=16,
         choices=AnonymousListing.choices,
@@ -280,3 +283,28 @@ class CardVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id}:{self.content_hash[:12]}"
+
+
+class OperatorAction(models.Model):
+    """Audit of an operator's action (admin, API or command), written in the action's own
+    transaction by its service. It lives here, at the bottom of the apps, so that every app's
+    services can write it: agents' (an agent's edits, its API keys, its signing keys) as well
+    as webhooks' (endpoints, alerts, deliveries, rebinds) and the API's tokens. The table
+    keeps the name it had in webhooks (moved without a copy: agents 0010, webhooks 0009)."""
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    target = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "webhooks_operatoraction"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {self.action}"
+
+    @classmethod
+    def record(cls, actor: str, action: str, target: dict) -> OperatorAction:
+        """The one way an action is audited (inside the action's transaction)."""
+        return cls.objects.create(actor=actor[:150], action=action, target=target)

@@ -76,11 +76,6 @@ def start_draining() -> None:
     _state.cached = None
 
 
-def reset_for_tests() -> None:
-    global _state
-    _state = _ProcessState()
-
-
 WORKER_HINT = "`celery -A a2a_platform worker` consumes agents, webhooks and heartbeat"
 BEAT_HINT = "beat may be missing: `celery -A a2a_platform beat`"
 

@@ -1,4 +1,6 @@
-"""Writes of the agents app: agents and API keys (each one transaction)."""
+"""Writes of the agents app: agents and API keys, each one transaction that also writes its
+`OperatorAction` (who: `actor`, the admin's user, `api:<user>` or the command; "system" when no
+operator asked, as a demo seed or a test does)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from google.protobuf import json_format
 
 from a2a_platform.lib.crypto import token_digest, token_matches, token_new, token_prefix
 from agents.card_render import render_card
-from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind
+from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind, OperatorAction
 from agents.signing import signing_key_create_for_new_agent
 
 TOKEN_PREFIX = "a2a"
+SYSTEM_ACTOR = "system"
 
 
 class AgentError(Exception):
@@ -104,13 +107,15 @@ def agent_create(
     executor: str = "echo",
     auth_mode: str = "public",
     is_default: bool = False,
+    actor: str = SYSTEM_ACTOR,
     **fields: Any,
 ) -> Agent:
     """Create an agent (a tenant) with its first signing key. `is_default` moves the
     origin-root role to it.
 
     One outermost transaction (durable: no caller may fold it into its own): the agent, its
-    active signing key (so its card is signed and its JWKS lists a key from the first read).
+    active signing key (so its card is signed and its JWKS lists a key from the first read),
+    and its audit (`create_agent`).
     """
     validate_slug(slug)
     unknown = set(fields) - EDITABLE_FIELDS
@@ -134,6 +139,7 @@ def agent_create(
             Agent.objects.filter(is_default=True).update(is_default=False)
         agent.save()
         signing_key_create_for_new_agent(agent)
+        OperatorAction.record(actor, "create_agent", {"agent": agent.pk, "slug": agent.slug})
     return agent
 
 
@@ -143,19 +149,27 @@ class NewApiKey:
     token: str  # shown once; only its digest is stored
 
 
-def api_key_create(*, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT) -> NewApiKey:
-    """A random 256-bit token `a2a_<prefix>_<secret>`; only its SHA-256 digest is stored."""
+def api_key_create(
+    *, agent: Agent, name: str, kind: str = ApiKeyKind.CLIENT, actor: str = SYSTEM_ACTOR
+) -> NewApiKey:
+    """A random 256-bit token `a2a_<prefix>_<secret>`; only its SHA-256 digest is stored.
+    One transaction with its audit (`create_api_key`: the prefix, never the token)."""
     if kind not in ApiKeyKind.values:
         raise AgentError(f"kind must be one of {', '.join(ApiKeyKind.values)}")
     prefix, token = token_new(TOKEN_PREFIX)
-    key = ApiKey.objects.create(
-        agent=agent, kind=kind, name=name[:200], prefix=prefix, digest=token_digest(token)
-    )
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            agent=agent, kind=kind, name=name[:200], prefix=prefix, digest=token_digest(token)
+        )
+        OperatorAction.record(
+            actor, "create_api_key", {"agent": agent.pk, "key": str(key.pk), "prefix": prefix}
+        )
     return NewApiKey(key=key, token=token)
 
 
-def api_key_revoke(*, key_id: object) -> ApiKey:
+def api_key_revoke(*, key_id: object, actor: str) -> ApiKey:
     """Revoke a key (idempotent): refused everywhere within A2A_API_KEY_CACHE_SECONDS.
+    Audited once (`revoke_api_key`), in the revocation's transaction.
 
     Outermost (durable): the admin action calls it once per key, each its own transaction.
     """
@@ -164,6 +178,11 @@ def api_key_revoke(*, key_id: object) -> ApiKey:
         if key.revoked_at is None:
             key.revoked_at = timezone.now()
             key.save(update_fields=["revoked_at"])
+            OperatorAction.record(
+                actor,
+                "revoke_api_key",
+                {"agent": key.agent_id, "key": str(key.pk), "prefix": key.prefix},
+            )
     return key
 
 
@@ -186,9 +205,10 @@ def api_key_authenticate(token: str, *, kind: str) -> ApiKey | None:
     return key
 
 
-def agent_save(*, agent: Agent) -> Agent:
+def agent_save(*, agent: Agent, actor: str) -> Agent:
     """Save an agent edited in the admin: reserved slugs refused, one default at a time; an
-    agent added there gets its first signing key in the same transaction.
+    agent added there gets its first signing key in the same transaction, and either is
+    audited there (`create_agent` or `change_agent`).
 
     Not durable: the admin's change form runs it inside its own transaction.
     """
@@ -200,15 +220,21 @@ def agent_save(*, agent: Agent) -> Agent:
         agent.save()
         if adding:
             signing_key_create_for_new_agent(agent)
+        OperatorAction.record(
+            actor,
+            "create_agent" if adding else "change_agent",
+            {"agent": agent.pk, "slug": agent.slug},
+        )
     return agent
 
 
-def agent_update(*, agent_pk: int, changes: dict[str, Any]) -> Agent:
+def agent_update(*, agent_pk: int, changes: dict[str, Any], actor: str) -> Agent:
     """Change an agent's editable fields (EDITABLE_FIELDS; the slug stays): validated as the
     model and `agent_check` require, the default moved if `is_default` is set. Each process
     serving it sees the change within A2A_AGENT_CACHE_SECONDS (at once in this one).
 
-    One outermost transaction, the agent row locked. Raises AgentError, Agent.DoesNotExist."""
+    One outermost transaction, the agent row locked, with its audit (`change_agent`: the
+    fields changed). Raises AgentError, Agent.DoesNotExist."""
     unknown = set(changes) - EDITABLE_FIELDS
     if unknown:
         raise AgentError(f"not editable: {', '.join(sorted(unknown))}")
@@ -221,4 +247,9 @@ def agent_update(*, agent_pk: int, changes: dict[str, Any]) -> Agent:
         if agent.is_default:
             Agent.objects.filter(is_default=True).exclude(pk=agent.pk).update(is_default=False)
         agent.save(update_fields=[*changes, "updated_at"])
+        OperatorAction.record(
+            actor,
+            "change_agent",
+            {"agent": agent.pk, "slug": agent.slug, "fields": sorted(changes)},
+        )
     return agent

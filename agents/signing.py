@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.lib import crypto
-from agents.models import Agent, SigningKey, SigningKeyState
+from agents.models import Agent, OperatorAction, SigningKey, SigningKeyState
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +127,9 @@ def signing_key_rotate(*, agent: Agent) -> SigningKey:
     return key
 
 
-def signing_key_retire(*, key_id: int) -> SigningKey:
-    """Retire a retiring key: it stops signing and leaves the JWKS. Idempotent.
+def signing_key_retire(*, key_id: int, actor: str) -> SigningKey:
+    """Retire a retiring key: it stops signing and leaves the JWKS. Idempotent; audited once
+    (`retire_signing_key`), in the retirement's transaction.
 
     The active key cannot be retired directly (the agent would have nothing to sign with):
     rotate first, then retire the key that became `retiring`.
@@ -143,6 +144,7 @@ def signing_key_retire(*, key_id: int) -> SigningKey:
         key.state = SigningKeyState.RETIRED
         key.retired_at = now
         key.save(update_fields=["state", "retired_at"])
+        OperatorAction.record(actor, "retire_signing_key", {"agent": key.agent_id, "kid": key.kid})
     logger.info("signing_key.retired", extra={"agent_id": key.agent_id, "kid": key.kid})
     return key
 
@@ -176,7 +178,7 @@ def published_signing_keys(agent: Agent) -> list[SigningKey]:
 
 def jwks(agent: Agent) -> dict[str, Any]:
     """The agent's JSON Web Key Set (RFC 7517 / RFC 8037): its live public keys and a
-    rebind's next key, published before it signs (webhooks/rebind.py)."""
+    rebind's next key, published before it signs (webhooks/rebinds/operations.py)."""
     return {"keys": [public_jwk(key) for key in published_signing_keys(agent)]}
 
 
@@ -222,5 +224,6 @@ def private_key(key: SigningKey) -> Ed25519PrivateKey:
 
 
 def live_private_keys(agent: Agent) -> list[tuple[str, Ed25519PrivateKey]]:
-    """`(kid, private key)` for every live key, newest first: `webhooks.signer`'s `keys`."""
+    """`(kid, private key)` for every live key, newest first: `webhooks.delivery.signer`'s
+    `keys`."""
     return [(key.kid, private_key(key)) for key in live_signing_keys(agent)]

@@ -1,11 +1,13 @@
 """An executor's answer alone, in one process: what the worker and PostgreSQL spend per echo
 task once it is claimed (figures, never assertions).
 
-    .venv/bin/python bench/answer_bench.py [--tasks 1500] [--rounds 3]
+    .venv/bin/python bench/answer_bench.py [--tasks 1500] [--rounds 3] [--database NAME]
+        [--smoke]
 
-What runs: a database of the bench's own (`a2a_bench_answer` on the machine's PostgreSQL,
-created afresh, migrated) with one echo agent; in this process, one thread (pinned to CPU 0
-on a machine with two cores or more, PostgreSQL left free) answers --tasks SUBMITTED tasks:
+What runs: a database of the bench's own (--database, default `a2a_bench_answer`, on
+A2A_BENCH_PG's PostgreSQL, created afresh, migrated) with one echo agent; in this process,
+one thread (pinned to CPU 0 on a machine with two cores or more, PostgreSQL left free)
+answers --tasks SUBMITTED tasks:
 
 - **answer, claim's row**: what the echo executor calls, `services.task_answer` with the task
   row its quick claim read (`seen`; read here before the clock starts, as the claim's
@@ -41,7 +43,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ECHO_AGENT, PG, ROOT, fresh_database, platform_env  # noqa: E402
+from common import (  # noqa: E402
+    ECHO_AGENT,
+    PG,
+    ROOT,
+    add_common_args,
+    fresh_database,
+    load_average,
+    platform_env,
+)
 
 DATABASE = "a2a_bench_answer"
 ARTIFACT = {"artifactId": "echo", "name": "echo", "parts": [{"text": "hello"}]}
@@ -56,9 +66,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=1500, help="answers per round")
     parser.add_argument("--rounds", type=int, default=3)
+    add_common_args(parser, DATABASE)
     args = parser.parse_args()
+    warmup = 50
+    if args.smoke:
+        args.tasks, args.rounds, warmup = 20, 1, 5
 
-    url = fresh_database(DATABASE)
+    url = fresh_database(args.database)
     env = platform_env(url, LOG_LEVEL="WARNING")
     subprocess.run(
         [sys.executable, "manage.py", *ECHO_AGENT],
@@ -87,7 +101,10 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (backend,) = cursor.fetchone()
-    print(f"# {args.tasks} answers a round, {args.rounds} rounds each, alternating; PG {PG}")
+    print(
+        f"# {args.tasks} answers a round, {args.rounds} rounds each, alternating; PG {PG}/"
+        f"{args.database}; load average {load_average()}"
+    )
 
     def open_tasks(n: int) -> list:
         message = {"role": "ROLE_USER", "parts": [{"text": "hello"}]}
@@ -132,7 +149,7 @@ def main() -> None:
     }
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ways}
     for way in ways.values():  # warm-up: prepared statements, caches
-        tasks = open_tasks(50)
+        tasks = open_tasks(warmup)
         way(tasks, Task.objects.in_bulk(tasks))
     for _ in range(args.rounds):
         for name, way in ways.items():
@@ -160,13 +177,13 @@ def main() -> None:
 
     def ratio(name: str, base: str) -> None:
         one, other = medians[name], medians[base]
-        print(
-            f"# {name} / {base}: Python {one[0] / other[0]:.2f}x, "
-            f"PostgreSQL {one[1] / other[1]:.2f}x, wall {one[2] / other[2]:.2f}x"
-        )
+        # /proc counts CPU in clock ticks: a tiny run can measure 0 (then no ratio).
+        x = [f"{a / b:.2f}x" if b else "n/a" for a, b in zip(one, other, strict=True)]
+        print(f"# {name} / {base}: Python {x[0]}, PostgreSQL {x[1]}, wall {x[2]}")
 
     ratio("answer, claim's row", "answer, locked")
     ratio("answer, locked", "three services")
+    print(f"# load average at the end {load_average()}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,13 @@
-"""Shared bench helpers: a fresh PostgreSQL database, platform processes, a load loop."""
+"""Shared bench helpers: a fresh PostgreSQL database, platform processes, a load loop.
+
+Every bench takes `--database NAME` (the database it creates afresh on the server of
+A2A_BENCH_PG, default its own name) and `--smoke` (tiny parameters, every phase still run: what
+tests/bench/test_bench_smoke.py runs in `make test`, so a rename breaks the suite rather than
+a figure). The broker is A2A_BENCH_BROKER_URL's. Benchmarks call the platform's public entry
+points only (services, selectors, the protocol over HTTP or ASGI, management commands): no
+private function is imported or wrapped; phases are timed around public calls or read from
+outside (rows' timestamps, pg_stat_activity, /proc).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +32,25 @@ BROKER = os.environ.get("A2A_BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 # The benches' default agent: the echo executor, served at the root.
 ECHO_AGENT = ("create_agent", "bench", "--name", "Bench", "--description", "bench")
 ECHO_AGENT += ("--executor", "echo", "--default")
+
+
+def add_common_args(parser, database: str) -> None:
+    """`--database` (default `database`) and `--smoke`, which every bench takes."""
+    parser.add_argument(
+        "--database",
+        default=database,
+        help=f"the database created afresh on A2A_BENCH_PG's server (default {database})",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny parameters, every phase run once: a check that the bench runs, not a figure",
+    )
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average, printed beside figures (the cores are shared)."""
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 def fresh_database(name: str) -> str:

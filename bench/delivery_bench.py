@@ -2,12 +2,13 @@
 
     .venv/bin/python bench/delivery_bench.py [--events 3000] [--pool threads --concurrency 16]
         [--rate 200 --seconds 10] [--broker redis://127.0.0.1:6379/12] [--profile]
-        [--runs drain:1:1,live:50:2] [--no-sweeper]
+        [--runs drain:1:1,live:50:2] [--no-sweeper] [--database NAME] [--smoke]
 
 What runs, all on this machine (every process gets A2A_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8,
 so plain http to loopback is a permitted webhook destination):
 
-- a fresh PostgreSQL database (common.fresh_database) and the Redis broker of --broker
+- a fresh PostgreSQL database (common.fresh_database; --database, default
+  a2a_delivery_bench, on A2A_BENCH_PG's server) and the Redis broker of --broker
   (default A2A_BENCH_BROKER_URL, else DB 12); the `webhooks` queue is purged between runs;
 - a sink (bench/sink.py): one asyncio/uvloop process parsing HTTP/1.1 with httptools, answering
   200 to everything and recording receive time, X-A2A-Task-Id, X-A2A-Task-Seq and webhook-id.
@@ -40,8 +41,8 @@ Figures:
   "jobs" counts deliver jobs run and "idle" those that delivered nothing (worker logs);
   a run during which the Redis server restarted (its run id changed) is repeated, up to 3
   times, and flagged if it still was;
-  "swept" counts sweeps that found a due head during the run (each then wakes a pump unless
-  one is claiming: webhooks/wake.py).
+  "swept" counts sweeps that found a due head during the run (each then rings for a pump unless
+  one is claiming: webhooks/delivery/bell.py).
   "load" is the 1-minute load average at the end of the run (other tenants included).
   CPU ms per delivery over the delivery window: the webhooks workers, this database's
   PostgreSQL backends (in live runs the window includes the producers' statements), and the
@@ -66,6 +67,16 @@ Figures:
   phase, on-CPU time per phase and per library; raw samples in var/bench/pyspy-*.txt), and
   pg_stat_activity is sampled during that run and during the 2-worker latency run (what the
   bench database's active backends wait on, and in which statement).
+
+Public entry points only: the producers write through tasks.services (task_send,
+task_transition, task_add_artifact) and webhooks.services.push_config_create, and copy the
+baseline's event with tasks.hooks.register_event_hook; the body is encoded by
+webhooks.bindings.body_bytes, as deliveries are. The py-spy phases are read from outside (a
+sample's stack, by function and file name): a phase no sample matched is printed as such, so
+a renamed function shows instead of a silent 0 %.
+`--smoke`: 20 events per throughput run, the runs drain:1:1 and live:50:1, 2 s at 20 events/s
+per latency run after a 0.5 s warm-up (1 worker and the baseline), one producer process of
+two threads, the sink measured for 1 s (that the bench runs, not a figure).
 
 Process logs are in var/bench/, with each latency run's samples (latency-*.tsv: commit time,
 ms). Everything shares this machine's cores; the header prints the core count and the load
@@ -97,7 +108,16 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from common import BIN, ROOT, Procs, free_port, fresh_database, platform_env  # noqa: E402
+from common import (  # noqa: E402
+    BIN,
+    ROOT,
+    Procs,
+    add_common_args,
+    free_port,
+    fresh_database,
+    load_average,
+    platform_env,
+)
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/12"
 DB_NAME = "a2a_delivery_bench"
@@ -331,7 +351,7 @@ class Producer:
 
         from tasks.hooks import register_event_hook
         from tasks.services import task_add_artifact
-        from webhooks.services import body_bytes
+        from webhooks.bindings import body_bytes
 
         self.transaction = transaction
         self.task_add_artifact = task_add_artifact
@@ -504,7 +524,7 @@ def run_producers(specs: list[dict]) -> Produced:
 
 
 def make_tasks(agent, count: int, *, push_url: str | None, threads: int) -> list[str]:
-    from tasks.services import task_create, task_transition
+    from tasks.services import task_send, task_transition
     from webhooks.services import push_config_create
 
     ids: list[str] = []
@@ -517,7 +537,7 @@ def make_tasks(agent, count: int, *, push_url: str | None, threads: int) -> list
                 if next(todo, None) is None:
                     return
             msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]}
-            task = task_create(agent=agent, owner="bench", message=msg)
+            task = task_send(agent=agent, owner="bench", message=msg).task
             task_transition(task_id=task.pk, to_state="TASK_STATE_WORKING")
             if push_url:
                 config = {"url": push_url, "id": "sink", "token": TOKEN}
@@ -616,17 +636,27 @@ class Workers:
     def pids(self) -> list[int]:
         return [pid for proc in self.list for pid in pgroup(proc.pid)]
 
-    def job_counts(self) -> tuple[int, int, int]:
-        """(deliver jobs finished, of which delivered nothing, jobs that raised)."""
-        jobs = idle = failed = 0
-        for name in self.names:
-            for line in log_text(name).splitlines():
-                if "webhooks.deliver[" in line and "succeeded" in line:
-                    jobs += 1
-                    idle += "'claimed 0," in line
-                elif "webhooks.deliver[" in line and "raised" in line:
-                    failed += 1
-        return jobs, idle, failed
+    def job_counts(self, timeout: float = 10.0) -> tuple[int, int, int]:
+        """(deliver jobs finished, of which delivered nothing, jobs that raised), once every
+        job received has logged its end (a pump lingers after its last delivery), or after
+        `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            received = jobs = idle = failed = 0
+            for name in self.names:
+                for line in log_text(name).splitlines():
+                    if "webhooks.deliver[" not in line:
+                        continue
+                    if " received" in line:
+                        received += 1
+                    elif "succeeded" in line:
+                        jobs += 1
+                        idle += "'claimed 0," in line
+                    elif "raised" in line:
+                        failed += 1
+            if jobs + failed >= received or time.monotonic() > deadline:
+                return jobs, idle, failed
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self.procs.stop()
@@ -725,8 +755,7 @@ def throughput_run(mode: str, batch: int, workers: int, ctx: dict) -> Throughput
         if spy is not None:
             ctx["profile"] = finish_profile(spy)
         stuck = None if complete else open_deliveries(db)
-        time.sleep(0.3)  # the last jobs log their result
-        jobs, idle, failed = pool.job_counts()
+        jobs, idle, failed = pool.job_counts()  # once the last jobs logged their result
     finally:
         if pool is not None:
             pool.stop()
@@ -865,11 +894,11 @@ def finish_profile(running: dict) -> dict:
 
 # Phases of a delivery pump: the first of these functions found in a sample's stack.
 _PHASES = (
-    ("claim: _headers (keys, sign)", "delivery_headers (webhooks/delivery_headers.py"),
+    ("claim: _headers (keys, sign)", "delivery_headers (webhooks/delivery/headers.py"),
     ("claim: the rest", "delivery_claim_batch ("),
     ("record", "delivery_record_many ("),
     ("sender loop (transport, asyncio)", "webhook-sender"),
-    ("wake flag / publish", "webhooks/wake.py"),
+    ("bell / publish", "webhooks/delivery/bell.py"),
     ("pump, other (waiting on sends)", "run_pump ("),
 )
 # A sample belongs to the pump when one of these is in its stack (its thread or a sender).
@@ -999,6 +1028,10 @@ def print_profile(profile: dict) -> None:
         print(f"py-spy, one worker, {title} ({total} samples)")
         for label, n in prof["phases"]:
             print(f"  {label:<40}{100 * n / total:>6.1f} %")
+        seen = {label for label, _ in prof["phases"]}
+        for label, frame in _PHASES:
+            if label not in seen:
+                print(f"  {label:<40}  none: no sample had {frame!r} (renamed or moved?)")
         print("  by library (innermost frame):")
         for label, n in prof["libs"]:
             print(f"    {label:<38}{100 * n / total:>6.1f} %")
@@ -1058,10 +1091,24 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy the drain:1:1 worker")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    add_common_args(parser, DB_NAME)
     args = parser.parse_args()
+    capacity_seconds = 3.0
+    if args.smoke:
+        args.events, args.runs, args.rate, args.seconds, args.warmup = (
+            20,
+            "drain:1:1,live:50:1",
+            20,
+            2,
+            0.5,
+        )
+        args.producer_procs, args.producer_threads, args.concurrency = 1, 2, 4
+        capacity_seconds = 1.0
     common.BROKER = args.broker
+    # db_backends() finds this database's PostgreSQL backends by name.
+    globals()["DB_NAME"] = args.database
 
-    db = fresh_database(DB_NAME)
+    db = fresh_database(args.database)
     os.environ.update(platform_env(db, **ALLOWED, LOG_LEVEL="WARNING"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
     sys.path.insert(0, str(ROOT))
@@ -1073,7 +1120,7 @@ def main() -> None:
     procs = Procs()
     try:
         sink = Sink(procs)
-        capacity = sink.capacity()
+        capacity = sink.capacity(capacity_seconds)
         agent = agent_create(
             slug="bench-ext", name="Bench", description="delivery bench", executor="external"
         )
@@ -1115,9 +1162,9 @@ def main() -> None:
             f"# durable = each event's TaskEvent and Delivery rows committed before the deliver "
             f"job is published, with PostgreSQL's synchronous_commit="
             f"{pg_setting(db, 'synchronous_commit')}; the pump's claims and records commit "
-            f"with synchronous_commit off (webhooks/delivery.py relaxed_commits: a crash that "
-            f"loses one re-sends the delivery with the same webhook-id); transport: "
-            f"webhooks/transport.py (aiohttp {aiohttp.__version__})"
+            f"with synchronous_commit off (webhooks/delivery/claim_record.py relaxed_commits: "
+            f"a crash that loses one re-sends the delivery with the same webhook-id); "
+            f"transport: webhooks/delivery/transport.py (aiohttp {aiohttp.__version__})"
         )
         if capacity:
             print(
@@ -1134,7 +1181,7 @@ def main() -> None:
                 results.append(r)
                 print(
                     f"  {mode} batch {batch} x{workers}: {r.per_s:.0f}/s "
-                    f"({r.delivered}/{r.events}, load {os.getloadavg()[0]:.2f})",
+                    f"({r.delivered}/{r.events}, load {load_average()})",
                     flush=True,
                 )
             print_throughput(results)
@@ -1142,15 +1189,19 @@ def main() -> None:
 
         if not args.skip_latency:
             lat = []
-            for name, workers in (
+            paths = [
                 ("durable, 1 worker", 1),
                 ("durable, 2 workers", 2),
                 ("fire-and-forget baseline (no worker)", 0),
-            ):
+            ]
+            if args.smoke:  # the 2-worker run is the 1-worker run's code with another count
+                paths = [paths[0], paths[2]]
+            for name, workers in paths:
                 lat.append(attempt(lambda n=name, w=workers: latency_run(n, w, ctx)))
-                print(f"  {name}: done (load {os.getloadavg()[0]:.2f})", flush=True)
+                print(f"  {name}: done (load {load_average()})", flush=True)
             print_latency(lat, args.rate, args.warmup)
             print_pg_waits("the 2-worker latency run", ctx.get("latency_waits"))
+        print(f"# load average at the end {load_average()}")
     finally:
         procs.stop()
 

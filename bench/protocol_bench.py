@@ -6,10 +6,16 @@ ready (the card is served only then), then drives load from a separate process o
 with `wrk` (Debian package `wrk`):
 
     .venv/bin/python bench/protocol_bench.py [--duration 10] [--web-workers 1]
+        [--database NAME] [--smoke]
 
 Reports req/s and p50/p99 for the agent card, GetTask, blocking SendMessage (the echo
 executor completes the task on the worker) and SendMessage with returnImmediately, at
-concurrency 16 and 64. Both client and server share this machine's cores.
+concurrency 16 and 64. Both client and server share this machine's cores; each line ends
+with the 1-minute load average. The database (--database, default `a2a_bench`) is created
+afresh on A2A_BENCH_PG's server. The blocking and returnImmediately figures are the echo
+executor's (its quick path: the doorbell, the drain job, the answer from the claim's row);
+another executor's tasks take the executor job per task. `--smoke`: 1 s per run, at
+concurrency 16 only (that the bench runs, not a figure).
 """
 
 from __future__ import annotations
@@ -25,13 +31,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ECHO_AGENT, Procs, free_port, fresh_database, manage, purge_broker  # noqa: E402
+from common import (  # noqa: E402
+    ECHO_AGENT,
+    Procs,
+    add_common_args,
+    free_port,
+    fresh_database,
+    load_average,
+    manage,
+    purge_broker,
+)
 
 HERE = Path(__file__).resolve().parent
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
 
 
-def _ms(text: str) -> float:
+def wrk_ms(text: str) -> float:
+    """A wrk latency ("870.00us", "1.20ms", "2.00s") in milliseconds."""
     m = re.match(r"([\d.]+)(us|ms|s|m)", text)
     return float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
 
@@ -55,8 +71,8 @@ def wrk(
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     # Anchored: the thread stats line above ends in a percentage like "75.50%" too.
-    p50 = _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
-    p99 = _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
+    p50 = wrk_ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
+    p99 = wrk_ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = int(bad.group(1)) if bad else 0
@@ -75,7 +91,7 @@ def show(name: str, concurrency: int, r: dict) -> None:
     print(
         f"{name:<32} c={concurrency:<3} {r['rps']:>8.0f} req/s  p50 {r['p50']:>8.1f} ms  "
         f"p99 {r['p99']:>8.1f} ms  ({r['requests']} requests, {r['errors']} non-2xx"
-        f"{', socket errors ' + r['socket'] if r['socket'] else ''})",
+        f"{', socket errors ' + r['socket'] if r['socket'] else ''}); load {load_average()}",
         flush=True,
     )
 
@@ -111,11 +127,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--web-workers", type=int, default=1)
+    add_common_args(parser, "a2a_bench")
     args = parser.parse_args()
+    concurrencies = (16, 64)
+    if args.smoke:
+        args.duration, concurrencies = 1.0, (16,)
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install wrk")
 
-    db = fresh_database("a2a_bench")
+    db = fresh_database(args.database)
     manage(db, *ECHO_AGENT)
     token = manage(db, "create_api_key", "bench", "--name", "bench").splitlines()[-1]
     auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
@@ -130,7 +150,8 @@ def main() -> None:
         wait_ready(base)
         print(
             f"# protocol bench: {os.cpu_count()} cores shared by wrk, web (x{args.web_workers})"
-            f", worker and PostgreSQL; {args.duration:.0f} s per run"
+            f", worker and PostgreSQL; {args.duration:.0f} s per run; load average "
+            f"{load_average()}"
         )
         import httpx
 
@@ -144,11 +165,11 @@ def main() -> None:
             sys.exit(f"seeding failed: {seed}")
         seed = seed["task"]["id"]
         script = str(HERE / "send_message.lua")
-        for c in (16, 64):
+        for c in concurrencies:
             show("agent card", c, wrk(f"{base}/.well-known/agent-card.json", c, args.duration))
-        for c in (16, 64):
+        for c in concurrencies:
             show("GetTask", c, wrk(f"{base}/tasks/{seed}", c, args.duration, headers=auth))
-        for c in (16, 64):
+        for c in concurrencies:
             drain_queue(db)
             r = wrk(
                 f"{base}/message:send",
@@ -158,7 +179,7 @@ def main() -> None:
                 env={"A2A_TOKEN": token, "A2A_BLOCKING": "1", "A2A_RUN": f"b{c}"},
             )
             show("SendMessage blocking (echo)", c, r)
-        for c in (16, 64):
+        for c in concurrencies:
             drain_queue(db)
             r = wrk(
                 f"{base}/message:send",

@@ -3,9 +3,11 @@ assertions).
 
     .venv/bin/python bench/rebind_bench.py [--tasks 10000] [--rounds 2] [--workers 1]
         [--cost-tasks 300 --cost-seconds 4 --cost-rounds 3] [--mark-setup] [--profile]
+        [--database NAME] [--smoke]
 
-What runs, all on this machine (every process gets DATABASE_URL=.../a2a_rbench,
-CELERY_BROKER_URL=redis://127.0.0.1:6379/12 and A2A_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8,::1/128):
+What runs, all on this machine (every process gets DATABASE_URL=.../<--database, default
+a2a_rbench>, CELERY_BROKER_URL=--broker (default A2A_BENCH_BROKER_URL, else
+redis://127.0.0.1:6379/12) and A2A_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8,::1/128):
 
 - a fresh PostgreSQL database (common.fresh_database, migrated);
 - the sink of the delivery bench (bench/sink.py: uvloop + httptools, answers 200);
@@ -14,7 +16,7 @@ CELERY_BROKER_URL=redis://127.0.0.1:6379/12 and A2A_WEBHOOK_ALLOWED_NETWORKS=127
   delivery sweep every A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS, as beat would).
 
 1. Drain, --rounds times, each on fresh data: a new external-executor agent, --tasks tasks
-   (task_create, push_config_create at http://127.0.0.1:<sink>/hooks/v1/task-<i>,
+   (task_send, push_config_create at http://127.0.0.1:<sink>/hooks/v1/task-<i>,
    task_transition to WORKING). What they owe (a snapshot and a status update each) is
    delivered first by the workers ("setup deliveries", their rate is printed as a baseline),
    or with --mark-setup marked delivered in SQL. Then, timed from the call of
@@ -28,8 +30,11 @@ CELERY_BROKER_URL=redis://127.0.0.1:6379/12 and A2A_WEBHOOK_ALLOWED_NETWORKS=127
    notice latency p50/p99 (Delivery.created_at -> finished_at: planning writes the notices
    in batches, so this includes queueing behind the rest of the drain), "last notice" (s from
    the start to the last notice's finished_at) and how long completion took after it.
-   The bench process's time inside the rebind services is broken down (wrappers around
-   webhooks.rebind's private steps, installed by this bench only).
+   Where the time went is read from outside the services, never by wrapping them: the public
+   calls this bench makes are timed around them (rebind_start once; rebind_advance, count,
+   total and slowest; the delivery sweep), and the rows say the rest: "moves planned" is
+   from the start to the last ChannelMove row's created_at (planning writes the moves batch
+   by batch), "moves done" to the last one's finished_at.
 2. Transition cost, the same run, no webhooks worker running: three more agents with
    --cost-tasks tasks each (one push config each, setup deliveries marked delivered):
      A   no rebind;
@@ -43,10 +48,18 @@ CELERY_BROKER_URL=redis://127.0.0.1:6379/12 and A2A_WEBHOOK_ALLOWED_NETWORKS=127
    threads of this process calling tasks.services.task_transition WORKING <-> INPUT_REQUIRED
    on disjoint tasks. Printed: events/s per round, medians, and the ratios B/A.
 
---profile: also py-spy-free instrumentation of the workers (they start through this file's
---celery-shim, which wraps webhooks.pump's claim and record and webhooks.delivery's
-notices_delivered with timers before Celery starts), pg_stat_activity sampled during each
-drain, and EXPLAIN ANALYZE of the monitor's queries at the end of a round.
+--profile: also pg_stat_activity sampled during each drain (what the bench database's active
+backends wait on, in which statement), the statements rebind_start and the rebind_advance
+calls ran (Django's execute_wrapper on this process's connection: count and time per
+statement shape), and EXPLAIN (ANALYZE, BUFFERS) of the slowest SELECTs rebind_advance ran,
+with their captured parameters, in a transaction rolled back.
+
+Public entry points only: rebind_start / rebind_advance (webhooks.rebinds.operations, with
+RebindRequest from webhooks.rebinds.checks, as the CLI and the API call them),
+services.task_send / task_transition / push_config_create / delivery_sweep,
+agents.services.agent_create. `--smoke`: 20 tasks, one round, the setup deliveries
+delivered by one worker, the cost sets of 8 tasks for one round of 0.5 s (that the bench
+runs, not a figure). Each drain round's line ends with the 1-minute load average.
 
 Process logs are in var/bench/ (rebind-*.log).
 """
@@ -54,7 +67,6 @@ Process logs are in var/bench/ (rebind-*.log).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -70,7 +82,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 import delivery_bench  # noqa: E402
-from common import BIN, ROOT, Procs, fresh_database, platform_env  # noqa: E402
+from common import (  # noqa: E402
+    BIN,
+    ROOT,
+    Procs,
+    add_common_args,
+    fresh_database,
+    load_average,
+    platform_env,
+)
 from delivery_bench import CpuMeter, PgWaits, Sink, pg_setting, run_threads  # noqa: E402
 
 DB_NAME = "a2a_rbench"
@@ -82,31 +102,28 @@ WORKING = "TASK_STATE_WORKING"
 INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
 
 
-# --- timers (the bench process, and the workers under --celery-shim) ------------------------
+# --- timing the bench's own calls ------------------------------------------------------------
 
 
 class Timers:
-    """Wall time and calls per wrapped function (thread-safe)."""
+    """Wall time and calls per public call this bench makes (thread-safe): `call` times one
+    call made here; nothing of the platform is wrapped or replaced."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.data: dict[str, list[float]] = {}  # name -> [calls, seconds, items]
+        self.data: dict[str, list[float]] = {}  # name -> [calls, seconds, slowest]
 
-    def wrap(self, name: str, fn: Callable, items: Callable | None = None) -> Callable:
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent = time.perf_counter() - started
-                n = items(*args, **kwargs) if items else 0
-                with self.lock:
-                    entry = self.data.setdefault(name, [0, 0.0, 0])
-                    entry[0] += 1
-                    entry[1] += spent
-                    entry[2] += n
-
-        return timed
+    def call(self, name: str, fn: Callable, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = time.perf_counter() - started
+            with self.lock:
+                entry = self.data.setdefault(name, [0, 0.0, 0.0])
+                entry[0] += 1
+                entry[1] += spent
+                entry[2] = max(entry[2], spent)
 
     def snapshot(self) -> dict[str, list[float]]:
         with self.lock:
@@ -118,11 +135,13 @@ class Timers:
 
 
 class QueryLog:
-    """Statements run on this thread's connection (an execute_wrapper): count and wall time
-    per statement shape (its first 72 characters)."""
+    """Statements run on this thread's connection (Django's execute_wrapper, a public hook):
+    count and wall time per statement shape (its first 72 characters), and the first SQL and
+    parameters of each shape (for EXPLAIN)."""
 
     def __init__(self) -> None:
         self.data: dict[str, list[float]] = {}
+        self.samples: dict[str, tuple[str, object]] = {}
 
     def __call__(self, execute, sql, params, many, context):
         started = time.perf_counter()
@@ -133,6 +152,8 @@ class QueryLog:
             entry = self.data.setdefault(key, [0, 0.0])
             entry[0] += 1
             entry[1] += time.perf_counter() - started
+            if not many:
+                self.samples.setdefault(key, (sql, params))
 
     def top(self, n: int = 14) -> list[tuple[str, int, float]]:
         rows = sorted(self.data.items(), key=lambda kv: -kv[1][1])[:n]
@@ -142,74 +163,26 @@ class QueryLog:
         return sum(int(c) for c, _ in self.data.values()), sum(s for _, s in self.data.values())
 
 
-def celery_shim(out: str, argv: list[str]) -> None:
-    """A Celery worker whose pump claim, record and notice record are timed; the totals are
-    written to `out` (JSON) every 0.5 s."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from webhooks import delivery, pump
-
-    timers = Timers()
-    delivery.notices_delivered = timers.wrap(
-        "notices_delivered", delivery.notices_delivered, lambda pks, now: len(pks)
-    )
-    pump.delivery_record_many = timers.wrap(
-        "delivery_record_many", pump.delivery_record_many, lambda results: len(results)
-    )
-    pump.delivery_claim_batch = timers.wrap("delivery_claim_batch", pump.delivery_claim_batch)
-
-    def dump() -> None:
-        while True:
-            time.sleep(0.5)
-            Path(out).write_text(json.dumps(timers.snapshot()))
-
-    threading.Thread(target=dump, daemon=True).start()
-    from celery.bin.celery import main as celery_main
-
-    sys.argv = ["celery", *argv]
-    celery_main()
-
-
 # --- workers ---------------------------------------------------------------------------------
 
 
 class Workers:
-    """Webhooks workers (optionally through --celery-shim), kept across the drain rounds."""
+    """Webhooks workers, kept across the drain rounds."""
 
     def __init__(self, db: str, args) -> None:
         self.procs = Procs()
         self.names = [f"rebind-w{i}" for i in range(args.workers)]
-        self.shim_files = [LOG_DIR / f"{n}-timers.json" for n in self.names]
         self.list = []
-        for name, shim in zip(self.names, self.shim_files, strict=True):
-            celery = ["-A", "a2a_platform", "worker", "-Q", "webhooks", "-n", f"{name}@%h"]
-            celery += ["-P", args.pool, "-c", str(args.concurrency)]
-            celery += ["--without-gossip", "--without-mingle", "-l", "INFO"]
-            if args.profile:
-                shim.unlink(missing_ok=True)
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--celery-shim", str(shim)]
-                cmd += ["--", *celery]
-            else:
-                cmd = [str(BIN / "celery"), *celery]
+        for name in self.names:
+            cmd = [str(BIN / "celery"), "-A", "a2a_platform", "worker", "-Q", "webhooks"]
+            cmd += ["-n", f"{name}@%h", "-P", args.pool, "-c", str(args.concurrency)]
+            cmd += ["--without-gossip", "--without-mingle", "-l", "INFO"]
             self.list.append(self.procs.start(cmd, platform_env(db, **ALLOWED), name=name))
         for proc, name in zip(self.list, self.names, strict=True):
             self.procs.wait_ready(proc, name)
 
     def pids(self) -> list[int]:
         return [pid for proc in self.list for pid in delivery_bench.pgroup(proc.pid)]
-
-    def timers(self) -> dict[str, list[float]]:
-        total: dict[str, list[float]] = {}
-        for path in self.shim_files:
-            if path.exists():
-                for k, v in json.loads(path.read_text()).items():
-                    acc = total.setdefault(k, [0, 0.0, 0])
-                    for i in range(3):
-                        acc[i] += v[i]
-        return total
 
     def stop(self) -> None:
         self.procs.stop()
@@ -262,7 +235,7 @@ def make_tasks(agent, count: int, base_url: str, threads: int, procs: int = 1) -
 
 
 def _make(agent, indices: list[int], base_url: str, threads: int) -> list[str]:
-    from tasks.services import task_create, task_transition
+    from tasks.services import task_send, task_transition
     from webhooks.services import push_config_create
 
     ids: list[str] = []
@@ -276,7 +249,7 @@ def _make(agent, indices: list[int], base_url: str, threads: int) -> list[str]:
             if i is None:
                 return
             msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]}
-            task = task_create(agent=agent, owner="bench", message=msg)
+            task = task_send(agent=agent, owner="bench", message=msg).task
             config = {"url": f"{base_url}/hooks/v1/task-{i}", "id": "sink", "token": TOKEN}
             # The issuer the protocol stores (the agent's URL): a notice names the JWKS beside it.
             push_config_create(task=task, config=config, issuer=f"http://127.0.0.1/{agent.slug}")
@@ -362,9 +335,9 @@ def deliver_setup(db: str, agent_pk: int, stall: float) -> tuple[int, float]:
 
 
 class Sweeper:
-    """What beat's delivery sweeper does (a lease that expired, a lost wake), run from the
+    """What beat's delivery sweeper does (a lease that expired, a lost ring), run from the
     bench process every A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS: without it a retried head whose
-    wake was lost stalls (no beat runs here, so the rebind monitor stays out of the figures)."""
+    ring was lost stalls (no beat runs here, so the rebind monitor stays out of the figures)."""
 
     def __init__(self) -> None:
         from django.conf import settings
@@ -372,11 +345,14 @@ class Sweeper:
         self.every = settings.A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS
         self.next = time.monotonic() + self.every
 
-    def maybe(self) -> None:
+    def maybe(self, timers: Timers | None = None) -> None:
         from webhooks.services import delivery_sweep
 
         if time.monotonic() >= self.next:
-            delivery_sweep()
+            if timers is None:
+                delivery_sweep()
+            else:
+                timers.call("delivery_sweep", delivery_sweep)
             self.next = time.monotonic() + self.every
 
 
@@ -400,11 +376,15 @@ class Drain:
     max_ms: float
     sink_unique: int
     advances: int
+    moves: int
+    moves_planned_s: float  # start -> the last ChannelMove row's created_at
+    moves_done_s: float  # start -> the last ChannelMove row's finished_at
     timers: dict[str, list[float]]
-    worker_timers: dict[str, list[float]]
     cpu: dict[str, float]
+    load: str = field(default_factory=load_average)
     pg: dict | None = None
     queries: QueryLog | None = None
+    advance_queries: QueryLog | None = None
     explain: list[str] = field(default_factory=list)
 
     @property
@@ -418,55 +398,37 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))]
 
 
-def install_timers(timers: Timers) -> None:
-    """Time webhooks.rebind's steps in this process (bench-only wrappers)."""
-    from webhooks import rebind as rb
+def explain_slowest(queries: QueryLog, limit: int = 3) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the slowest SELECT shapes a QueryLog saw, each with the
+    SQL and parameters it captured, in a transaction that is rolled back."""
+    from django.db import connection, transaction
 
-    for name in (
-        "_precheck",
-        "_begin",
-        "_plan_batch",
-        "_settle_finished_on_old",
-        "_drain_step",
-        "_refresh_counts",
-        "_retire_old_key_when_due",
-    ):
-        setattr(rb, name, timers.wrap(name, getattr(rb, name)))
-    from webhooks import channel_moves as cm
-
-    for name in ("move_configs", "notice_body", "_replace_waiting"):
-        setattr(cm, name, timers.wrap(f"  {name}", getattr(cm, name)))
-    rb.channel_moves.heads.refresh = timers.wrap("  heads.refresh", rb.channel_moves.heads.refresh)
-
-
-def explain_monitor(rebind_pk) -> list[str]:
-    """EXPLAIN ANALYZE of the drain step's count and of the counts the monitor stores."""
-    from django.db import connection
-
-    from webhooks import rebind as rb
-    from webhooks.models import ChannelMove, Rebind
-
-    rebind = Rebind.objects.get(pk=rebind_pk)
-    out = []
-    queries = {
-        "_on_old(rebind).count()": rb._on_old(rebind).values("pk"),
-        "rebind_counts: moves by state": ChannelMove.objects.filter(rebind=rebind)
-        .values_list("state")
-        .order_by(),
-    }
-    for label, qs in queries.items():
-        sql, params = qs.query.sql_with_params()
-        with connection.cursor() as cur:
-            cur.execute(f"EXPLAIN (ANALYZE, BUFFERS) SELECT count(*) FROM ({sql}) q", params)
-            plan = [r[0] for r in cur.fetchall()]
-        out.append(f"{label}:")
+    out: list[str] = []
+    shown = 0
+    for key, _, _ in queries.top(len(queries.data)):
+        sql, params = queries.samples.get(key, ("", None))
+        if not sql.lstrip().upper().startswith(("SELECT", "WITH")) or shown >= limit:
+            continue
+        shown += 1
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cur:
+                    cur.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+                    plan = [r[0] for r in cur.fetchall()]
+                transaction.set_rollback(True)
+        except Exception as exc:  # a statement EXPLAIN cannot take: say so, go on
+            plan = [f"(not explained: {type(exc).__name__}: {exc})"]
+        out.append(f"{key}:")
         out += [f"    {line}" for line in plan]
     return out
 
 
 def drain_round(n: int, ctx: dict) -> Drain:
+    from django.db import connection
+
     from webhooks.models import ChannelMove, Delivery, RebindState
-    from webhooks.rebind import RebindRequest, rebind_advance, rebind_start
+    from webhooks.rebinds import operations as rebinds
+    from webhooks.rebinds.checks import RebindRequest
 
     args, db, sink, workers, timers = (ctx[k] for k in ("args", "db", "sink", "workers", "timers"))
     agent = new_agent(f"rb-drain-{n}")
@@ -490,7 +452,6 @@ def drain_round(n: int, ctx: dict) -> Drain:
     time.sleep(args.settle)  # the pumps finished lingering
     sink.reset()
     timers.reset()
-    before = workers.timers()
     waits = PgWaits(db).start() if args.profile else None
     meter = CpuMeter(workers.pids).start()
 
@@ -504,38 +465,42 @@ def drain_round(n: int, ctx: dict) -> Drain:
         deadline_seconds=3600,
         reason="rebind bench",
     )
-    queries = QueryLog()
-    if args.profile:
-        from django.db import connection
-
+    queries = QueryLog() if args.profile else None
+    advance_queries = QueryLog() if args.profile else None
+    if queries is not None:
         with connection.execute_wrapper(queries):
-            rebind = rebind_start(req, actor="bench")
+            rebind = timers.call("rebind_start", rebinds.rebind_start, req, actor="bench")
     else:
-        rebind = rebind_start(req, actor="bench")
+        rebind = timers.call("rebind_start", rebinds.rebind_start, req, actor="bench")
     plan_s = time.perf_counter() - t0
     planned = rebind.state == RebindState.DRAINING and rebind.moves_planned
     advances = 0
     sweeper = Sweeper()
     while rebind.state == RebindState.DRAINING and time.perf_counter() - t0 < args.timeout:
         time.sleep(args.poll)
-        sweeper.maybe()
-        rebind = rebind_advance(rebind.pk)
+        sweeper.maybe(timers)
+        if advance_queries is not None:
+            with connection.execute_wrapper(advance_queries):
+                rebind = timers.call("rebind_advance", rebinds.rebind_advance, rebind.pk)
+        else:
+            rebind = timers.call("rebind_advance", rebinds.rebind_advance, rebind.pk)
         advances += 1
     complete_s = time.perf_counter() - t0
     cpu = meter.stop()
     pg = waits.stop() if waits else None
 
-    notices = Delivery.objects.filter(
-        pk__in=ChannelMove.objects.filter(rebind=rebind).values("notice")
-    )
+    moves = ChannelMove.objects.filter(rebind=rebind)
+    move_rows = list(moves.values_list("created_at", "finished_at"))
+
+    def since_start(stamps) -> float:
+        stamps = [t for t in stamps if t is not None]
+        return max(stamps).timestamp() - t0_wall if stamps else float("nan")
+
+    notices = Delivery.objects.filter(pk__in=moves.values("notice"))
     rows = list(notices.values_list("created_at", "finished_at", "state", "attempts"))
     done = [(c, f) for c, f, s, _ in rows if s == "delivered" and f is not None]
     lat = sorted((f - c).total_seconds() * 1000 for c, f in done)
     last = max((f.timestamp() for _, f in done), default=t0_wall) - t0_wall
-    after = workers.timers()
-    worker_timers = {
-        k: [v[i] - before.get(k, [0, 0.0, 0])[i] for i in range(3)] for k, v in after.items()
-    }
     result = Drain(
         tasks=args.tasks,
         setup=setup,
@@ -552,14 +517,17 @@ def drain_round(n: int, ctx: dict) -> Drain:
         max_ms=lat[-1] if lat else float("nan"),
         sink_unique=sink.stats()["unique"],
         advances=advances,
+        moves=len(move_rows),
+        moves_planned_s=since_start(c for c, _ in move_rows),
+        moves_done_s=since_start(f for _, f in move_rows),
         timers=timers.snapshot(),
-        worker_timers=worker_timers,
         cpu=cpu,
         pg=pg,
         queries=queries,
+        advance_queries=advance_queries,
     )
-    if args.profile:
-        result.explain = explain_monitor(rebind.pk)
+    if advance_queries is not None:
+        result.explain = explain_slowest(advance_queries)
     # Configs of this round that still owe something would be delivered during the next one.
     left = Delivery.objects.filter(task__agent=agent, state__in=["pending", "sending"]).count()
     if left:
@@ -620,7 +588,8 @@ def transition_cost(ctx: dict) -> dict:
     from django.db.models import Count
 
     from webhooks.models import Delivery, MoveState, RebindState
-    from webhooks.rebind import RebindRequest, rebind_start
+    from webhooks.rebinds.checks import RebindRequest
+    from webhooks.rebinds.operations import rebind_start
 
     args, db, sink = ctx["args"], ctx["db"], ctx["sink"]
     sets: dict[str, dict] = {}
@@ -679,17 +648,18 @@ def print_drains(results: list[Drain], args) -> None:
         "rebind is completed)"
     )
     print(
-        f"{'round':<7}{'plan s':>7}{'planned':>8}{'last notice s':>14}{'complete s':>11}"
-        f"{'state':>10}{'notices':>8}{'delivered':>10}{'notices/s':>10}{'p50 ms':>8}"
-        f"{'p99 ms':>8}{'max ms':>8}{'retried':>8}{'at sink':>8}{'advances':>9}"
-        f"   CPU s:{'workers':>8}{'pg':>6}{'machine':>8}"
+        f"{'round':<7}{'plan s':>7}{'planned':>8}{'moves':>7}{'planned s':>10}{'done s':>8}"
+        f"{'last notice s':>14}{'complete s':>11}{'state':>10}{'notices':>8}{'delivered':>10}"
+        f"{'notices/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}{'retried':>8}{'at sink':>8}"
+        f"{'advances':>9}{'load':>6}   CPU s:{'workers':>8}{'pg':>6}{'machine':>8}"
     )
     for i, r in enumerate(results, 1):
         print(
-            f"{i:<7}{r.plan_s:>7.2f}{'yes' if r.planned else 'NO':>8}{r.last_notice_s:>14.2f}"
+            f"{i:<7}{r.plan_s:>7.2f}{'yes' if r.planned else 'NO':>8}{r.moves:>7}"
+            f"{r.moves_planned_s:>10.2f}{r.moves_done_s:>8.2f}{r.last_notice_s:>14.2f}"
             f"{r.complete_s:>11.2f}{r.state:>10}{r.notices:>8}{r.delivered:>10}{r.per_s:>10,.0f}"
             f"{r.p50_ms:>8.0f}{r.p99_ms:>8.0f}{r.max_ms:>8.0f}{r.retried:>8}{r.sink_unique:>8}"
-            f"{r.advances:>9}        {r.cpu['workers']:>8.1f}{r.cpu['pg']:>6.1f}"
+            f"{r.advances:>9}{r.load:>6}        {r.cpu['workers']:>8.1f}{r.cpu['pg']:>6.1f}"
             f"{r.cpu['machine']:>8.1f}"
         )
     if len(results) > 1:
@@ -698,54 +668,47 @@ def print_drains(results: list[Drain], args) -> None:
             return statistics.median(getattr(r, attr) for r in results)
 
         print(
-            f"{'median':<7}{med('plan_s'):>7.2f}{'':>8}{med('last_notice_s'):>14.2f}"
+            f"{'median':<7}{med('plan_s'):>7.2f}{'':>8}{'':>7}{med('moves_planned_s'):>10.2f}"
+            f"{med('moves_done_s'):>8.2f}{med('last_notice_s'):>14.2f}"
             f"{med('complete_s'):>11.2f}{'':>10}{'':>8}{'':>10}{med('per_s'):>10,.0f}"
             f"{med('p50_ms'):>8.0f}{med('p99_ms'):>8.0f}{med('max_ms'):>8.0f}"
         )
     for i, r in enumerate(results, 1):
         print(f"  round {i} setup: {r.setup}")
     print()
-    print("Where the bench process's time went (rebind services, per round: calls, total s)")
+    print("The bench process's public calls, per round: calls x total s (mean ms, slowest ms)")
     names = sorted({k for r in results for k in r.timers})
     for name in names:
         cells = []
         for r in results:
-            calls, secs, _ = r.timers.get(name, [0, 0.0, 0])
+            calls, secs, slowest = r.timers.get(name, [0, 0.0, 0.0])
             cells.append(
-                f"{int(calls):>5} x {secs:>6.2f} s ({secs * 1000 / max(calls, 1):>6.1f} ms)"
+                f"{int(calls):>5} x {secs:>6.2f} s ({secs * 1000 / max(calls, 1):>6.1f} ms, "
+                f"{slowest * 1000:>6.1f} ms)"
             )
-        print(f"  {name:<26}" + "   ".join(cells))
-    if any(r.worker_timers for r in results):
-        print()
-        print("Workers (--celery-shim timers, summed over pump threads; per round)")
-        for name in sorted({k for r in results for k in r.worker_timers}):
-            cells = []
-            for r in results:
-                calls, secs, items = r.worker_timers.get(name, [0, 0.0, 0])
-                per_item = f", {secs * 1000 / items:.2f} ms/item" if items else ""
-                cells.append(
-                    f"{int(calls):>6} calls {secs:>7.2f} s "
-                    f"({secs * 1000 / max(calls, 1):.1f} ms/call, {items / max(calls, 1):.1f} "
-                    f"items{per_item})"
-                )
-            print(f"  {name:<22}" + "   ".join(cells))
+        print(f"  {name:<16}" + "   ".join(cells))
     for i, r in enumerate(results, 1):
-        if r.queries and r.queries.data:
-            n, secs = r.queries.total()
+        for title, log in (
+            ("rebind_start (planning)", r.queries),
+            ("the rebind_advance calls", r.advance_queries),
+        ):
+            if log is None or not log.data:
+                continue
+            n, secs = log.total()
             print()
             print(
-                f"Round {i}: statements run by rebind_start (planning), {n} in {secs:.2f} s "
-                f"({n / r.tasks:.1f} per config, {secs * 1000 / r.tasks:.2f} ms per config; "
-                f"the rest of the {r.plan_s:.2f} s is Python): count, total s, statement"
+                f"Round {i}: statements run by {title}, {n} in {secs:.2f} s "
+                f"({n / r.tasks:.1f} per config, {secs * 1000 / r.tasks:.2f} ms per config): "
+                "count, total s, statement"
             )
-            for key, count, spent in r.queries.top():
+            for key, count, spent in log.top():
                 print(f"  {count:>7} {spent:>7.2f} s  {key}")
     for i, r in enumerate(results, 1):
         if r.pg and r.pg.get("samples"):
             delivery_bench.print_pg_waits(f"drain round {i}", r.pg)
     if results and results[-1].explain:
         print()
-        print("EXPLAIN ANALYZE at the end of the last round (the rebind completed):")
+        print("EXPLAIN ANALYZE of the slowest SELECTs the last round's rebind_advance calls ran:")
         for line in results[-1].explain:
             print(f"  {line}")
 
@@ -800,7 +763,7 @@ def header(args, db: str, sink: Sink, capacity: dict | None) -> None:
     )
     print(
         f"# webhooks workers: {args.workers} x celery -Q webhooks -P {args.pool} "
-        f"-c {args.concurrency}{' (via --celery-shim timers)' if args.profile else ''}; "
+        f"-c {args.concurrency}; "
         f"pump window {settings.A2A_WEBHOOK_PUMP_WINDOW}, pump seconds "
         f"{settings.A2A_WEBHOOK_PUMP_SECONDS:g}, linger "
         f"{settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS:g} s, endpoint max in flight "
@@ -823,10 +786,6 @@ def header(args, db: str, sink: Sink, capacity: dict | None) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "--celery-shim":
-        rest = sys.argv[3:]
-        celery_shim(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000, help="in-flight tasks per drain")
     parser.add_argument("--rounds", type=int, default=2, help="drain rounds (fresh data each)")
@@ -848,13 +807,22 @@ def main() -> None:
     parser.add_argument("--cost-threads", type=int, default=4)
     parser.add_argument("--skip-drain", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="worker timers, pg waits, plans")
-    parser.add_argument("--broker", default=DEFAULT_BROKER)
+    parser.add_argument(
+        "--profile", action="store_true", help="pg waits, statements, plans (see above)"
+    )
+    parser.add_argument("--broker", default=os.environ.get("A2A_BENCH_BROKER_URL", DEFAULT_BROKER))
+    add_common_args(parser, DB_NAME)
     args = parser.parse_args()
+    capacity_seconds = 3.0
+    if args.smoke:
+        args.tasks, args.rounds, args.concurrency = 20, 1, 4
+        args.setup_procs, args.setup_threads, args.settle = 1, 2, 0.2
+        args.cost_tasks, args.cost_seconds, args.cost_rounds, args.cost_threads = 8, 0.5, 1, 2
+        capacity_seconds = 1.0
     common.BROKER = args.broker
-    delivery_bench.DB_NAME = DB_NAME  # its CpuMeter finds this database's backends by name
+    delivery_bench.DB_NAME = args.database  # its CpuMeter finds this database's backends by name
 
-    db = fresh_database(DB_NAME)
+    db = fresh_database(args.database)
     os.environ.update(platform_env(db, **ALLOWED, LOG_LEVEL="WARNING"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
     sys.path.insert(0, str(ROOT))
@@ -866,11 +834,10 @@ def main() -> None:
     workers = None
     try:
         sink = Sink(procs)
-        capacity = sink.capacity()
+        capacity = sink.capacity(capacity_seconds)
         delivery_bench.purge_webhooks_queue()
         header(args, db, sink, capacity)
         timers = Timers()
-        install_timers(timers)
         ctx = {"args": args, "db": db, "sink": sink, "timers": timers}
         if not args.skip_drain:
             workers = Workers(db, args)
@@ -882,7 +849,7 @@ def main() -> None:
                 print(
                     f"  drain round {n}: plan {r.plan_s:.2f} s, complete {r.complete_s:.2f} s "
                     f"({r.state}), last notice {r.last_notice_s:.2f} s, {r.per_s:,.0f} notices/s, "
-                    f"p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms (load {os.getloadavg()[0]:.2f})",
+                    f"p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms (load {load_average()})",
                     flush=True,
                 )
             workers.stop()
@@ -890,6 +857,7 @@ def main() -> None:
             print_drains(results, args)
         if not args.skip_cost:
             print_cost(transition_cost(ctx), args)
+        print(f"# load average at the end {load_average()}")
     finally:
         if workers is not None:
             workers.stop()

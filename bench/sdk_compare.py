@@ -4,16 +4,30 @@
                                           [--web-workers 1] [--workers 1] [--sdk-sqlite]
                                           [--worker-pool threads] [--worker-concurrency 8]
                                           [--pg-stats] [--no-pin] [--no-sdk]
-                                          [--profile DIR] [--rounds 1] [--history 10]
+                                          [--profile DIR] [--rounds 3] [--history 10]
+                                          [--database NAME] [--smoke]
 
 Scale-out: `--web-workers 2 --workers 2 --no-pin --no-sdk` (two web processes and two
 worker processes against one PostgreSQL and one Redis, every process on every core).
 
-`--rounds N`: N rounds, each the platform's figures and the SDK's, in alternating order (the
-platform first, then the SDK first, and so on), each round's ratios printed, then per figure
-the median ratio and its range. A machine whose speed drifts during a run moves a single
-round's ratios; alternating rounds cancel a steady drift, and the range shows how far to
+`--rounds N` (default 3): N rounds, each the platform's figures and the SDK's, in alternating
+order (the platform first, then the SDK first, and so on), each round's ratios printed
+without a verdict, then per figure each server's req/s and the ratio as min / median / max
+over the rounds. A verdict against the target is printed only from two valid rounds or
+more, and says whether every round met it, none did, or they were mixed: one round on a
+shared machine is no verdict. A machine whose speed drifts during a run moves a single
+round's ratios; alternating rounds cancel a steady drift, and the spread shows how far to
 trust the median.
+
+What cannot mislead: a figure whose run saw non-2xx answers or socket errors (wrk's
+"Non-2xx or 3xx responses", "Socket errors") is printed VOID, and its ratio as
+"void: N non-2xx" instead of a number, left out of the spread; a server answering errors
+fast is not faster. The figures marked "[echo quick path]" (SendMessage returnImmediately,
+SendMessage blocking, echo tasks completed /s) are the platform's echo executor's: only it
+takes the quick path (tasks/dispatch.py QUICK_EXECUTORS: one doorbell ring for the sends
+committed together, a drain job answering ten tasks a claim from the claim's rows); an
+agent with another executor takes one executor job per task, which these figures do not
+measure.
 
 Starts, one after the other on the same machine:
 - the platform: a PostgreSQL server of the bench's own (initdb into a temporary directory,
@@ -23,15 +37,23 @@ Starts, one after the other on the same machine:
 - the SDK: bench/sdk_server.py, its `DefaultRequestHandler` over `InMemoryTaskStore` (and,
   with --sdk-sqlite, over its SQLite `DatabaseTaskStore`), an echo agent in-process.
 
-Before the figures, each server is sent --history seconds of returnImmediately sends, not
-measured, so the figures run against a store in use, not an empty one. On the platform the
-bench then waits for the worker to answer them and runs `VACUUM ANALYZE`, as autovacuum does
-on a database in use: the statements each process prepares (its own and the foreign keys'
-checks) are then planned for tables of their size. Without it (`--history 0`; the ANALYZE
+Both servers get the same staging (`staged_figures`): started, waited for until ready (the
+platform: /readyz, once a worker's heartbeat proved it; the SDK: its card), --history
+seconds of returnImmediately sends, not measured, so the figures run against a store in
+use, not an empty one, then settled (every task sent so far finished: the platform's
+dispatches, the SDK agent's completed counter at rest); each figure then gets a --warmup
+run, the server settled again, and the measured run, from the same wrk command (the same
+connections, the same headers: A2A-Version and a bearer token, the platform's API key or a
+dummy one of the same shape that the SDK's server ignores). "echo tasks completed /s"
+counts from the measured run's start until the server's backlog is finished, on both. On
+the platform, once the history is in, the bench also runs `VACUUM ANALYZE`, as autovacuum
+does on a database in use (the SDK's in-memory store has no statistics): the statements
+each process prepares (its own and the foreign keys' checks) are then planned for tables of
+their size. Without it (`--history 0`; the ANALYZE
 still runs, on nearly empty tables) they are planned on nearly empty tables, whose plans (a
 scan of the whole table) PostgreSQL keeps until autovacuum's next ANALYZE, a minute or more
-into the run, while the tables grow by thousands of rows (docs/decisions.md, issue 19,
-nineteenth pass).
+into the run, while the tables grow by thousands of rows (docs/perf-log.md, "An empty
+database's first minute; the card's header lines").
 
 On a machine with two cores or more the server side (all its processes, PostgreSQL included)
 is pinned to CPU 0 and the load generator, `wrk` (Debian package), to CPU 1. Each figure is a
@@ -40,7 +62,10 @@ platform's figures are durable: the task, its events and its outbox rows are com
 the answer that depends on them. Printed: req/s, p50/p99, the load generator's CPU use (it
 must not be the bottleneck), each core's busy and stolen share during the run (steal: time
 the hypervisor gave to others while the core had work; runs whose steal differs are not
-the same machine), and the platform/SDK ratio against the targets of issue 19.
+the same machine), the 1-minute load average, and the platform/SDK ratio against the
+targets of issue 19. `--database`: the database's name inside the bench's own PostgreSQL
+server (default a2a_bench). `--smoke`: one round of 1 s runs without warm-up runs, after 1 s
+of history (that the bench runs, not a figure).
 
 `--profile DIR`: py-spy (pip install py-spy; it needs ptrace, so root or CAP_SYS_PTRACE)
 samples each server process (a Celery worker with its pool children) through every measured
@@ -71,13 +96,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from common import ECHO_AGENT, ROOT, Procs, free_port, platform_env, purge_broker  # noqa: E402
-from protocol_bench import _ms, drain_queue, wait_ready  # noqa: E402
+from common import (  # noqa: E402
+    ECHO_AGENT,
+    ROOT,
+    Procs,
+    add_common_args,
+    free_port,
+    load_average,
+    platform_env,
+    purge_broker,
+)
+from protocol_bench import wait_ready, wrk_ms  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -91,6 +126,21 @@ TARGETS = {
     "echo tasks completed /s": 0.5,
     "agent card": 4.0,
 }
+# The platform's figures that only the echo executor's quick path reaches (tasks/dispatch.py
+# QUICK_EXECUTORS: the sends committed together ring the doorbell once instead of publishing
+# one executor job per task, a drain job claims ten due tasks in one statement and answers
+# them from the claim's rows). An agent with another executor (scripted, conformance,
+# external) takes one executor job per task: these figures say nothing about it.
+QUICK_PATH = {
+    "SendMessage returnImmediately",
+    "SendMessage blocking (echo)",
+    "echo tasks completed /s",
+}
+QUICK_MARK = " [echo quick path]"
+
+
+def label(name: str) -> str:
+    return name + QUICK_MARK if name in QUICK_PATH else name
 
 
 def pinned(cpu: int | None) -> list[str]:
@@ -189,7 +239,9 @@ def core_use(before: dict[str, list[int]], after: dict[str, list[int]]) -> str:
 
 
 def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: str) -> dict:
-    """One closed-loop wrk run; also the CPU seconds wrk used (user + system)."""
+    """One closed-loop wrk run; also the CPU seconds wrk used (user + system). Both servers
+    get the same command: the same connections, the same headers (A2A-Version and a bearer
+    token: the platform's API key, a dummy one of the same shape the SDK's server ignores)."""
     cmd = [*pinned(cpu), "wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:.0f}s"]
     cmd += ["--latency", "--timeout", "60s", "-H", "A2A-Version: 1.0"]
     if "A2A_TOKEN" in env:
@@ -202,36 +254,68 @@ def wrk(url: str, args, *, cpu: int | None, script: str | None = None, **env: st
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "p50": _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1)),
-        "p99": _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1)),
+        "p50": wrk_ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1)),
+        "p99": wrk_ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1)),
         "requests": int(re.search(r"(\d+) requests in", out).group(1)),
         "errors": int(bad.group(1)) if bad else 0,
+        "socket": sum(int(n) for n in sock.groups()) if sock else 0,
         "load_cpu": cpu_s / args.duration,
     }
 
 
+def void(r: dict) -> str:
+    """Why a run's figure cannot be compared ("" when it can): answers that were not 2xx
+    (wrk counts non-2xx and 3xx together) or requests that failed on the socket."""
+    parts = []
+    if r.get("errors"):
+        parts.append(f"{r['errors']} non-2xx")
+    if r.get("socket"):
+        parts.append(f"{r['socket']} socket errors")
+    return ", ".join(parts)
+
+
 def measure(
-    name: str, url: str, args, *, cpu: int | None, roles: dict[str, int] | None = None, **kw
+    name: str,
+    url: str,
+    args,
+    side: Side,
+    *,
+    cpu: int | None,
+    before_run: Callable[[], None] | None = None,
+    **kw,
 ) -> dict:
-    warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
-    wrk(url, warm, cpu=cpu, **{**kw, "A2A_RUN": f"w{time.time_ns()}"} if "script" in kw else kw)
+    """A figure, staged the same on both servers: a --warmup run, the server settled (its
+    backlog finished: side.settle), then the measured run."""
+    kw = {**kw, "A2A_TOKEN": side.token}
+    if args.warmup:
+        warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+        run = {**kw, "A2A_RUN": f"w{time.time_ns()}"} if "script" in kw else kw
+        wrk(url, warm, cpu=cpu, **run)
     if "script" in kw:
         kw = {**kw, "A2A_RUN": f"r{time.time_ns()}"}
-    db = getattr(args, "pg_db", None) if roles and "postgres" in roles else None
+    side.settle()
+    roles = side.roles
+    db = getattr(args, "pg_db", None) if "postgres" in roles else None
     if db:
         reset_statements(db)
-    before, cores = cpu_by_role(roles or {}), core_times()
-    with profiling(name, args, roles or {}):
+    if before_run is not None:
+        before_run()
+    before, cores = cpu_by_role(roles), core_times()
+    with profiling(name, args, roles):
         r = wrk(url, args, cpu=cpu, **kw)
-    after, cores = cpu_by_role(roles or {}), core_use(cores, core_times())
+    after, cores = cpu_by_role(roles), core_use(cores, core_times())
     if r["errors"] and "script" not in kw:
-        sample = httpx.get(url, headers={"A2A-Version": "1.0", **_auth(kw)}, timeout=30)
+        sample = httpx.get(url, headers=side.headers, timeout=30)
         print(f"  ({name}: a sample refusal: {sample.status_code} {sample.text[:200]!r})")
+    why = void(r)
     print(
-        f"  {name:<32} {r['rps']:>8.0f} req/s  p50 {r['p50']:>7.1f} ms  p99 {r['p99']:>7.1f} ms"
-        f"  {r['requests']:>7} requests, {r['errors']} non-2xx; wrk CPU {r['load_cpu']:.0%}",
+        f"  {label(name):<50} {r['rps']:>8.0f} req/s  p50 {r['p50']:>7.1f} ms  p99 "
+        f"{r['p99']:>7.1f} ms  {r['requests']:>7} requests, {r['errors']} non-2xx, "
+        f"{r['socket']} socket errors; wrk CPU {r['load_cpu']:.0%}; load {load_average()}"
+        + (f"  VOID ({why})" if why else ""),
         flush=True,
     )
     if roles and r["requests"]:
@@ -370,26 +454,196 @@ def seed_task(base: str, headers: dict[str, str]) -> str:
     return answer["task"]["id"]
 
 
-def completed_tasks(db: str) -> int:
-    import psycopg
+class Side:
+    """One server under test, as the staging sees it: its URL and headers, the processes
+    whose CPU is counted, and how to tell that its backlog is finished."""
 
-    with psycopg.connect(db, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM tasks_task WHERE state = 'TASK_STATE_COMPLETED'"
-        ).fetchone()[0]
+    name = ""
+    base = ""
+    token = ""
+    roles: dict[str, int]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"A2A-Version": "1.0", "Authorization": f"Bearer {self.token}"}
+
+    def ready(self) -> None:
+        raise NotImplementedError
+
+    def settle(self, timeout: float = 600) -> float:
+        """Until the tasks sent so far are finished; the monotonic time they were."""
+        raise NotImplementedError
+
+    def completed(self) -> int:
+        raise NotImplementedError
+
+    def after_history(self) -> str:
+        """What the side does once the history is in (printed); "" for nothing."""
+        return ""
 
 
-def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str, float]:
+class PlatformSide(Side):
+    name = "platform"
+
+    def __init__(self, base: str, token: str, db: str, roles: dict[str, int]) -> None:
+        self.base, self.token, self.db, self.roles = base, token, db, roles
+
+    def ready(self) -> None:
+        wait_ready(self.base)  # /readyz: a worker's heartbeat proved the platform end to end
+
+    def settle(self, timeout: float = 600) -> float:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.db, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                left = conn.execute(
+                    "SELECT count(*) FROM tasks_executordispatch "
+                    "WHERE state IN ('pending','claimed')"
+                ).fetchone()[0]
+                if not left:
+                    return time.monotonic()
+                time.sleep(SETTLE_POLL)
+        sys.exit(f"the platform's worker did not finish its backlog in {timeout:.0f} s")
+
+    def completed(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self.db, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT count(*) FROM tasks_task WHERE state = 'TASK_STATE_COMPLETED'"
+            ).fetchone()[0]
+
+    def after_history(self) -> str:
+        analyze(self.db)
+        return "VACUUM ANALYZE (what autovacuum does to a database in use)"
+
+
+class SdkSide(Side):
+    def __init__(self, store: str, base: str, proc: subprocess.Popen, log: Path) -> None:
+        self.name = f"SDK {store}"
+        self.base, self.proc, self.log = base, proc, log
+        # The shape of the platform's API keys (a2a_<prefix>_<secret>): the same header
+        # bytes; the SDK's server ignores it.
+        self.token = f"a2a_{secrets.token_hex(4)}_{secrets.token_urlsafe(32)}"
+        self.roles = {"sdk": proc.pid}
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base}/.well-known/agent-card.json").status_code == 200:
+                    return
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                sys.exit(f"the SDK server did not start: {self.log.read_text()}")
+            time.sleep(0.2)
+
+    def settle(self, timeout: float = 600) -> float:
+        """The SDK's agent runs returnImmediately sends in background tasks: finished when its
+        completed counter has not moved for three polls; the time it last moved."""
+        deadline = time.monotonic() + timeout
+        last, changed, still = self.completed(), time.monotonic(), 0
+        while time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL)
+            now = self.completed()
+            if now != last:
+                last, changed, still = now, time.monotonic(), 0
+            else:
+                still += 1
+                if still >= 3:
+                    return changed
+        sys.exit(f"the SDK server did not finish its backlog in {timeout:.0f} s")
+
+    def completed(self) -> int:
+        """The SDK agent's completed-task counter, which it prints on SIGUSR1."""
+        seen = self.log.read_text().count("completed ")
+        self.proc.send_signal(signal.SIGUSR1)
+        for _ in range(200):
+            lines = re.findall(r"^completed (\d+)$", self.log.read_text(), re.M)
+            if len(lines) > seen:
+                return int(lines[-1])
+            time.sleep(0.02)
+        sys.exit("the SDK server did not report its completed tasks")
+
+
+SETTLE_POLL = 0.1
+
+
+def staged_figures(args, side: Side, load_cpu: int | None) -> dict[str, dict]:
+    """The same staging on either server, then its figures: ready, --history seconds of
+    returnImmediately sends (not measured), the backlog finished, then each figure as
+    `measure` stages it (warm-up, settled, measured), the executor load last."""
+    side.ready()
+    done = history(args, side, load_cpu)
+    side.settle()
+    extra = side.after_history()
+    print(
+        f"  staging: ready; history {done}; settled{'; ' + extra if extra else ''}; each "
+        f"figure: {args.warmup:.0f} s warm-up, settled, {args.duration:.0f} s measured; "
+        f"{args.connections} connections; load average {load_average()}",
+        flush=True,
+    )
+    task = seed_task(side.base, side.headers)
+    figures: dict[str, dict] = {}
+    figures["agent card"] = measure(
+        "agent card", f"{side.base}/.well-known/agent-card.json", args, side, cpu=load_cpu
+    )
+    figures["GetTask"] = measure("GetTask", f"{side.base}/tasks/{task}", args, side, cpu=load_cpu)
+    # Blocking first: returnImmediately leaves a backlog (settled before the next figure).
+    for name, blocking in (
+        ("SendMessage blocking (echo)", "1"),
+        ("SendMessage returnImmediately", "0"),
+    ):
+        figures[name] = measure(
+            name,
+            f"{side.base}/message:send",
+            args,
+            side,
+            cpu=load_cpu,
+            script=SEND,
+            A2A_BLOCKING=blocking,
+        )
+    # The executor's rate: a returnImmediately run whose tasks the server then completes,
+    # counted from the measured run's start until its backlog is finished.
+    mark: dict[str, float] = {}
+
+    def start_count() -> None:
+        mark["before"], mark["started"] = side.completed(), time.monotonic()
+
+    load = measure(
+        "SendMessage (load for the executor)",
+        f"{side.base}/message:send",
+        args,
+        side,
+        cpu=load_cpu,
+        before_run=start_count,
+        script=SEND,
+        A2A_BLOCKING="0",
+    )
+    finished = side.settle()
+    done_tasks = side.completed() - mark["before"]
+    rate = done_tasks / max(finished - mark["started"], 1e-9)
+    why = void(load)
+    print(
+        f"  {label('echo tasks completed /s'):<50} {rate:>8.0f} ({done_tasks} tasks, from the "
+        f"run's start until the {side.name}'s backlog was finished); load {load_average()}"
+        + (f"  VOID ({why})" if why else ""),
+        flush=True,
+    )
+    figures["echo tasks completed /s"] = {**load, "rps": rate}
+    return figures
+
+
+def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str, dict]:
     print("# the platform (PostgreSQL, durable)", flush=True)
-    results: dict[str, float] = {}
     with own_postgres(server_cpu, statements=args.pg_stats) as (pg, postmaster):
-        db = f"{pg}/a2a_bench"
+        db = f"{pg}/{args.database}"
         if args.pg_stats:
             args.pg_db = db
         import psycopg
 
         with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
-            conn.execute("CREATE DATABASE a2a_bench")
+            conn.execute(f'CREATE DATABASE "{args.database}"')
         env = production_env(db)
         manage_as(env, server_cpu, "migrate", "-v0")
         if args.pg_stats:
@@ -414,22 +668,8 @@ def platform_run(args, server_cpu: int | None, load_cpu: int | None) -> dict[str
                 ).pid
             roles["beat"] = procs.beat(db).pid
             roles["postgres"] = postmaster
-            base = f"http://127.0.0.1:{port}"
-            wait_ready(base)
-            auth = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
-            history(args, base, load_cpu, token=token)
-            drain_queue(db, timeout=600)
-            analyze(db)
-            results.update(common_figures(args, base, auth, load_cpu, roles, token=token))
-            drain_queue(db)
-            before = completed_tasks(db)
-            started = time.monotonic()
-            executor_load(args, base, load_cpu, roles, token=token)
-            drain_queue(db, timeout=600)
-            done = completed_tasks(db) - before
-            rate = done / (time.monotonic() - started)
-            print(f"  echo tasks completed /s          {rate:>8.0f} (the worker, {done} tasks)")
-            results["echo tasks completed /s"] = rate
+            side = PlatformSide(f"http://127.0.0.1:{port}", token, db, roles)
+            results = staged_figures(args, side, load_cpu)
             if args.pg_stats:
                 top_statements(db)
         finally:
@@ -470,57 +710,22 @@ def production_env(db: str) -> dict[str, str]:
     )
 
 
-def common_figures(
-    args, base: str, auth: dict, load_cpu: int | None, roles: dict[str, int], **kw
-) -> dict[str, float]:
-    task = seed_task(base, auth)
-    figures = {}
-    figures["agent card"] = measure(
-        "agent card", f"{base}/.well-known/agent-card.json", args, cpu=load_cpu, roles=roles
-    )["rps"]
-    figures["GetTask"] = measure(
-        "GetTask", f"{base}/tasks/{task}", args, cpu=load_cpu, roles=roles, **_token(kw)
-    )["rps"]
-    # Blocking first: returnImmediately leaves a backlog on the platform's worker.
-    figures["SendMessage blocking (echo)"] = measure(
-        "SendMessage blocking (echo)",
-        f"{base}/message:send",
-        args,
-        cpu=load_cpu,
-        roles=roles,
-        script=SEND,
-        A2A_BLOCKING="1",
-        **_token(kw),
-    )["rps"]
-    figures["SendMessage returnImmediately"] = measure(
-        "SendMessage returnImmediately",
-        f"{base}/message:send",
-        args,
-        cpu=load_cpu,
-        roles=roles,
-        script=SEND,
-        A2A_BLOCKING="0",
-        **_token(kw),
-    )["rps"]
-    return figures
-
-
-def history(args, base: str, load_cpu: int | None, **kw) -> None:
+def history(args, side: Side, load_cpu: int | None) -> str:
     """--history seconds of returnImmediately sends before the figures, not measured: the
     store the figures run against holds tasks, as a store in use does."""
     if args.history <= 0:
-        return
+        return "none"
     run = argparse.Namespace(**{**vars(args), "duration": args.history})
     r = wrk(
-        f"{base}/message:send",
+        f"{side.base}/message:send",
         run,
         cpu=load_cpu,
         script=SEND,
         A2A_BLOCKING="0",
         A2A_RUN=f"h{time.time_ns()}",
-        **_token(kw),
+        A2A_TOKEN=side.token,
     )
-    print(f"  history: {r['requests']} tasks sent in {args.history:.0f} s (not measured)")
+    return f"{r['requests']} tasks sent in {args.history:.0f} s (not measured)"
 
 
 def analyze(db: str) -> None:
@@ -531,29 +736,7 @@ def analyze(db: str) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def executor_load(args, base: str, load_cpu: int | None, roles: dict[str, int], **kw) -> None:
-    """A returnImmediately run whose tasks the executor then completes (counted by the caller)."""
-    measure(
-        "SendMessage (load for the executor)",
-        f"{base}/message:send",
-        args,
-        cpu=load_cpu,
-        roles=roles,
-        script=SEND,
-        A2A_BLOCKING="0",
-        **_token(kw),
-    )
-
-
-def _auth(kw: dict) -> dict:
-    return {"Authorization": f"Bearer {kw['A2A_TOKEN']}"} if "A2A_TOKEN" in kw else {}
-
-
-def _token(kw: dict) -> dict:
-    return {"A2A_TOKEN": kw["token"]} if kw.get("token") else {}
-
-
-def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> dict[str, float]:
+def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> dict[str, dict]:
     print(f"# the official SDK's server ({store} task store)", flush=True)
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="a2a-sdk-", suffix=".log")[1])
@@ -563,44 +746,14 @@ def sdk_run(args, store: str, server_cpu: int | None, load_cpu: int | None) -> d
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/.well-known/agent-card.json").status_code == 200:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                sys.exit(f"the SDK server did not start: {log.read_text()}")
-            time.sleep(0.2)
-        roles = {"sdk": proc.pid}
-        history(args, base, load_cpu)
-        results = common_figures(args, base, {"A2A-Version": "1.0"}, load_cpu, roles)
-        before = _sdk_completed(proc, log)
-        started = time.monotonic()
-        executor_load(args, base, load_cpu, roles)
-        done = _sdk_completed(proc, log) - before
-        rate = done / (time.monotonic() - started)
-        print(f"  echo tasks completed /s          {rate:>8.0f} (in-process, {done} tasks)")
-        results["echo tasks completed /s"] = rate
-        return results
+        side = SdkSide(store, f"http://127.0.0.1:{port}", proc, log)
+        return staged_figures(args, side, load_cpu)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def _sdk_completed(proc: subprocess.Popen, log: Path) -> int:
-    """The SDK agent's completed-task counter, which it prints on SIGUSR1."""
-    seen = log.read_text().count("completed ")
-    proc.send_signal(signal.SIGUSR1)
-    for _ in range(100):
-        lines = re.findall(r"^completed (\d+)$", log.read_text(), re.M)
-        if len(lines) > seen:
-            return int(lines[-1])
-        time.sleep(0.05)
-    sys.exit("the SDK server did not report its completed tasks")
 
 
 def main() -> None:
@@ -631,11 +784,19 @@ def main() -> None:
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy every server process (slower)")
     parser.add_argument(
-        "--rounds", type=int, default=1, help="rounds, the two servers' order alternating"
+        "--rounds", type=int, default=3, help="rounds, the two servers' order alternating"
     )
+    # The database inside the bench's own PostgreSQL server (initdb'd for each round).
+    add_common_args(parser, "a2a_bench")
     args = parser.parse_args()
+    if args.smoke:
+        args.duration, args.warmup, args.history, args.rounds = 1.0, 0.0, 1.0, 1
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if args.duration < 1 or 0 < args.warmup < 1:
+        parser.error(
+            "--duration and --warmup are whole seconds of wrk, 1 or more (--warmup 0: none)"
+        )
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(
@@ -648,49 +809,100 @@ def main() -> None:
     print(
         f"# {os.cpu_count()} cores; server side on CPU {server_cpu}, wrk on CPU {load_cpu}; "
         f"{args.connections} connections, {args.duration:.0f} s per figure after "
-        f"{args.warmup:.0f} s of warm-up; load average {os.getloadavg()[0]:.2f}",
+        f"{args.warmup:.0f} s of warm-up; {args.rounds} round(s); load average "
+        f"{load_average()}",
         flush=True,
     )
-    if args.no_sdk:
-        for _ in range(args.rounds):
-            platform_run(args, server_cpu, load_cpu)
-        return
-    rounds: list[dict[str, float]] = []
+    print(
+        f"#{QUICK_MARK}: a figure only the echo executor's quick path reaches on the platform "
+        "(tasks/dispatch.py QUICK_EXECUTORS: one doorbell ring for the sends committed "
+        "together, a drain job answering ten tasks a claim from the claim's rows); an agent "
+        "with another executor takes one executor job per task. A figure whose run saw a "
+        "non-2xx answer or a socket error is VOID: no ratio is drawn from it.",
+        flush=True,
+    )
+    sides = ["platform"] if args.no_sdk else ["platform", "sdk"]
+    rounds: list[dict[str, dict[str, dict]]] = []
     for n in range(args.rounds):
-        if args.rounds > 1:
-            print(f"# round {n + 1} of {args.rounds}", flush=True)
+        print(f"# round {n + 1} of {args.rounds}", flush=True)
         runs = {
             "platform": lambda: platform_run(args, server_cpu, load_cpu),
             "sdk": lambda: sdk_run(args, "memory", server_cpu, load_cpu),
         }
-        order = ["platform", "sdk"] if n % 2 == 0 else ["sdk", "platform"]
+        order = sides if n % 2 == 0 else sides[::-1]
         figures = {name: runs[name]() for name in order}
         if args.sdk_sqlite:
             sdk_run(args, "sqlite", server_cpu, load_cpu)
-        rounds.append(print_ratios(figures["platform"], figures["sdk"]))
-    if args.rounds > 1:
-        print(f"# platform / SDK in-memory over {args.rounds} rounds: median (range)")
-        for name, target in TARGETS.items():
-            seen = sorted(r[name] for r in rounds)
-            median = statistics.median(seen)
-            verdict = "meets" if median >= target else "below"
-            print(
-                f"  {name:<32} {median:>6.2f}x  ({seen[0]:.2f}-{seen[-1]:.2f}; "
-                f"target >= {target:.1f}x: {verdict})"
-            )
-    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+        if not args.no_sdk:
+            print_ratios(figures["platform"], figures["sdk"])
+        rounds.append(figures)
+    print_spread(rounds, sides)
+    print(f"# load average at the end {load_average()}")
 
 
-def print_ratios(ours: dict[str, float], sdk: dict[str, float]) -> dict[str, float]:
-    """Print and return the platform / SDK ratio of each target's figure."""
-    print("# platform / SDK in-memory (target)")
-    ratios = {}
+def ratio_or_void(ours: dict, sdk: dict) -> tuple[float | None, str]:
+    """The platform / SDK ratio of one figure, or None and why it is void."""
+    why = [f"{side}: {void(r)}" for side, r in (("platform", ours), ("SDK", sdk)) if void(r)]
+    if why:
+        return None, "void: " + "; ".join(why)
+    if not sdk["rps"]:
+        return None, "void: the SDK's figure is 0"
+    ratio = ours["rps"] / sdk["rps"]
+    return ratio, f"{ratio:.2f}x"
+
+
+def print_ratios(ours: dict[str, dict], sdk: dict[str, dict]) -> None:
+    """This round's platform / SDK ratio of each target's figure (no verdict from one round)."""
+    print("# this round: platform / SDK in-memory (target)")
     for name, target in TARGETS.items():
-        ratio = ours[name] / sdk[name] if sdk[name] else float("inf")
-        ratios[name] = ratio
-        verdict = "meets" if ratio >= target else "below"
-        print(f"  {name:<32} {ratio:>6.2f}x  (target >= {target:.1f}x: {verdict})", flush=True)
-    return ratios
+        _, text = ratio_or_void(ours[name], sdk[name])
+        print(f"  {label(name):<50} {text:>8}  (target >= {target:.1f}x)", flush=True)
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return (
+        f"{min(values):,.0f} / {statistics.median(values):,.0f} / {max(values):,.0f}"
+        if max(values) >= 10
+        else f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+    )
+
+
+def print_spread(rounds: list[dict[str, dict[str, dict]]], sides: list[str]) -> None:
+    """Per figure over the rounds: each server's req/s and the ratio as min / median / max,
+    void runs left out (and counted); a verdict only from two rounds or more, and only when
+    every round agrees."""
+    n = len(rounds)
+    print(f"# spread over {n} round(s): min / median / max; void runs left out")
+    for name in TARGETS:
+        cells = []
+        for side in sides:
+            runs = [r[side][name] for r in rounds]
+            ok = [x["rps"] for x in runs if not void(x)]
+            voided = len(runs) - len(ok)
+            cells.append(f"{side} {spread(ok)}" + (f" ({voided} of {n} void)" if voided else ""))
+        line = f"  {label(name):<50} " + "   ".join(cells)
+        if "sdk" in sides:
+            ratios = [ratio_or_void(r["platform"][name], r["sdk"][name])[0] for r in rounds]
+            valid = [x for x in ratios if x is not None]
+            target = TARGETS[name]
+            if len(valid) < 2:
+                verdict = f"no verdict from {len(valid)} valid round(s)"
+            elif min(valid) >= target:
+                verdict = f"meets in all {len(valid)} valid rounds"
+            elif max(valid) < target:
+                verdict = f"below in all {len(valid)} valid rounds"
+            else:
+                verdict = f"mixed over {len(valid)} valid rounds"
+            ratio = (
+                f"{min(valid):.2f}x / {statistics.median(valid):.2f}x / {max(valid):.2f}x"
+                if valid
+                else "-"
+            )
+            void_note = f", {n - len(valid)} of {n} void" if len(valid) < n else ""
+            line += f"   ratio {ratio} (target >= {target:.1f}x: {verdict}{void_note})"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/stream_bench.py [--events 300] [--fanout 100]
                                            [--streams 1000,2000,4000] [--transitions 1000]
+                                           [--notify-runs 5] [--database NAME] [--smoke]
 
-A fresh PostgreSQL database (`a2a_bench_stream`), Redis database 11, and uvicorn web
+A fresh PostgreSQL database (--database, default `a2a_bench_stream`, on A2A_BENCH_PG's
+server), the broker of A2A_BENCH_BROKER_URL (default Redis database 11), and uvicorn web
 instances A and B (latency) and C (capacity) on this machine. The agent is `external`: this
 bench process moves its tasks itself through the lifecycle services, i.e. the commit happens
 in another process than the instance serving the stream (commit → NOTIFY → the instance's
@@ -14,11 +16,19 @@ event hub → the stream).
    streams per instance on the same task. Target: p99 ≤ 50 ms.
 2. Capacity: open streams on instance C in steps; C's RSS per stream and threads; then one
    event fanned out to all of them (time until every stream has it). Target: ≥ 1,000 streams.
-3. NOTIFY: transitions/s with the per-transaction NOTIFY and with it monkeypatched out (in
-   this process only; A and B keep listening), and how many notifications a transaction
-   appending ten events to one task sends.
+3. NOTIFY: how many notifications a transaction appending ten events to one task sends; and
+   the event write with and without the NOTIFY: one status event per transaction, written
+   as task_transition writes it (`services.lock_task`, then the task store's
+   `append_events`), through `PgTaskStore()` and through `PgTaskStore(notify=False)` (the
+   store's public switch; A and B keep listening), 1 and 4 committers, events/s, the
+   median of --notify-runs alternating runs. The services' own work (state checks, hooks,
+   logging) is left out of both, so the NOTIFY's share is of the write alone.
 
 Streams are read on bare sockets (an HTTP client per stream would measure the client).
+Tasks are opened with `services.task_send` (SendMessage's write) and moved with
+`services.task_transition`: public entry points only. Each figure line ends with the
+1-minute load average. `--smoke`: 20 events, 5 streams per instance fanned out, 20 then 40
+streams on C, 40 writes per NOTIFY run and one run each (that the bench runs, not a figure).
 """
 
 from __future__ import annotations
@@ -38,7 +48,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("A2A_BENCH_BROKER_URL", "redis://127.0.0.1:6379/11")
 
-from common import BIN, Procs, free_port, fresh_database, platform_env  # noqa: E402
+from common import (  # noqa: E402
+    BIN,
+    Procs,
+    add_common_args,
+    free_port,
+    fresh_database,
+    load_average,
+    platform_env,
+)
 
 DB_NAME = "a2a_bench_stream"
 HOST = "127.0.0.1"
@@ -135,11 +153,11 @@ def new_task(agent) -> str:
     from tasks import services
     from tasks.states import TaskState
 
-    task = services.task_create(
+    task = services.task_send(
         agent=agent,
         owner="anonymous",
         message={"messageId": os.urandom(8).hex(), "role": "ROLE_USER", "parts": [{"text": "b"}]},
-    )
+    ).task
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     return str(task.pk)
 
@@ -190,7 +208,8 @@ async def latency(agent, ports: dict[str, int], per_instance: int, events: int) 
         missing = events * per_instance - len(lat)
         print(
             f"  commit → stream on {name}, {per_instance:>4} stream(s): {summary(lat)}"
-            + (f"  MISSING {missing}" if missing else ""),
+            + (f"  MISSING {missing}" if missing else "")
+            + f"  load {load_average()}",
             flush=True,
         )
     for stream in streams:
@@ -229,19 +248,49 @@ async def capacity(agent, port: int, pid: int, steps: list[int]) -> None:
             f"RSS {rss / 1024:7.1f} MiB "
             f"({per:5.1f} KiB/stream), {threads(pid)} threads; one event to all: "
             f"last after {max(lat) * 1000:.0f} ms, {summary(lat)}"
-            + (f"  MISSING {len(streams) - len(got)}" if len(got) < len(streams) else ""),
+            + (f"  MISSING {len(streams) - len(got)}" if len(got) < len(streams) else "")
+            + f"  load {load_average()}",
             flush=True,
         )
     for stream in streams:
         stream.close()
 
 
-def notify_cost(agent, transitions: int) -> None:
-    """Transitions/s with and without the NOTIFY: alternating runs (1 and 4 committers), the
-    median of five each (the machine is shared: single runs are noisy)."""
+def write_event(store, task_id: str) -> None:
+    """One status event in its own transaction, written as task_transition writes it: the task
+    locked (`services.lock_task`), the event appended through `store.append_events`."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from tasks import services
+    from tasks.models import TaskEvent
+
+    with transaction.atomic():
+        task = services.lock_task(task_id)
+        task.last_seq += 1
+        now = timezone.now()
+        update = {"taskId": str(task.pk), "contextId": str(task.context_id)}
+        update["status"] = {"state": "TASK_STATE_WORKING", "timestamp": now.isoformat()}
+        event = TaskEvent(
+            task=task,
+            seq=task.last_seq,
+            kind="statusUpdate",
+            payload={"statusUpdate": update},
+            created_at=now,
+        )
+        if not store.append_events(task, [event]):
+            raise RuntimeError(f"task {task_id} moved under its lock")
+
+
+def notify_cost(agent, transitions: int, runs: int) -> None:
+    """Event writes/s with and without the NOTIFY (PgTaskStore() and PgTaskStore(notify=False),
+    the store's public switch): alternating runs (1 and 4 committers), the median of `runs`
+    each (the machine is shared: single runs are noisy)."""
     from django.db import connection
 
-    def burst(threads_n: int) -> float:
+    from tasks.task_store import PgTaskStore
+
+    def burst(store, threads_n: int) -> float:
         task_ids = [new_task(agent) for _ in range(threads_n)]
         per = transitions // threads_n
         barrier = threading.Barrier(threads_n + 1)
@@ -250,7 +299,7 @@ def notify_cost(agent, transitions: int) -> None:
             try:
                 barrier.wait()
                 for _ in range(per):
-                    progress(task_id)
+                    write_event(store, task_id)
             finally:
                 connection.close()
 
@@ -263,30 +312,24 @@ def notify_cost(agent, transitions: int) -> None:
             w.join()
         return per * threads_n / (time.monotonic() - started)
 
-    from tasks import task_store
-
-    # The PostgreSQL store get_task_store() hands out, swapped for one that sends no NOTIFY.
-    original, quiet = task_store._PG, task_store.PgTaskStore(notify=False)
-    try:
-        for threads_n in (1, 4):
-            rates: dict[str, list[float]] = {"with NOTIFY": [], "without NOTIFY": []}
-            for _ in range(5):
-                task_store._PG = original
-                rates["with NOTIFY"].append(burst(threads_n))
-                task_store._PG = quiet
-                rates["without NOTIFY"].append(burst(threads_n))
-            for name, runs in rates.items():
-                print(
-                    f"  {threads_n} committer(s), {name:<15} {statistics.median(runs):6.0f} "
-                    "transitions/s median  (runs: " + ", ".join(f"{r:.0f}" for r in runs) + ")"
-                )
-            with_, without = (statistics.median(v) for v in rates.values())
+    stores = {"with NOTIFY": PgTaskStore(), "without NOTIFY": PgTaskStore(notify=False)}
+    for threads_n in (1, 4):
+        rates: dict[str, list[float]] = {name: [] for name in stores}
+        for _ in range(runs):
+            for name, store in stores.items():
+                rates[name].append(burst(store, threads_n))
+        for name, values in rates.items():
             print(
-                f"  {threads_n} committer(s): NOTIFY changes throughput by "
-                f"{100 * (with_ - without) / without:+.1f} %"
+                f"  {threads_n} committer(s), {name:<15} {statistics.median(values):6.0f} "
+                "event writes/s median  (runs: "
+                + ", ".join(f"{r:.0f}" for r in values)
+                + f")  load {load_average()}"
             )
-    finally:
-        task_store._PG = original
+        with_, without = (statistics.median(v) for v in rates.values())
+        print(
+            f"  {threads_n} committer(s): NOTIFY changes the event write's throughput by "
+            f"{100 * (with_ - without) / without:+.1f} %"
+        )
 
 
 def coalescing(agent, db: str) -> None:
@@ -315,20 +358,25 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=100)
     parser.add_argument("--streams", default="1000,2000,4000")
     parser.add_argument("--transitions", type=int, default=1000)
+    parser.add_argument("--notify-runs", type=int, default=5, help="runs per NOTIFY figure")
+    add_common_args(parser, DB_NAME)
     args = parser.parse_args()
+    if args.smoke:
+        args.events, args.fanout, args.streams = 20, 5, "20,40"
+        args.transitions, args.notify_runs = 40, 1
     steps = [int(s) for s in args.streams.split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, max(steps) * 2 + 1000)), hard))
 
-    db = fresh_database(DB_NAME)
+    db = fresh_database(args.database)
     os.environ.update(platform_env(db, LOG_LEVEL="WARNING"))
     os.environ["DJANGO_SETTINGS_MODULE"] = "a2a_platform.settings"
     import django
 
     django.setup()
-    from agents.models import Agent
+    from agents.services import agent_create
 
-    agent = Agent.objects.create(
+    agent = agent_create(
         slug="bench", name="Bench", description="bench", executor="external", is_default=True
     )
     procs = Procs()
@@ -344,7 +392,7 @@ def main() -> None:
         )
         print(
             f"# stream bench: {os.cpu_count()} cores shared by this process (committer and "
-            "stream reader), the web instances and PostgreSQL"
+            f"stream reader), the web instances and PostgreSQL; load average {load_average()}"
         )
         print("1. event-to-stream latency (commit in this process → event on an instance)")
         ports = {"A": a_port, "B": b_port}
@@ -354,7 +402,8 @@ def main() -> None:
         asyncio.run(capacity(agent, c_port, c_pid, steps))
         print("3. NOTIFY")
         coalescing(agent, db)
-        notify_cost(agent, args.transitions)
+        notify_cost(agent, args.transitions, args.notify_runs)
+        print(f"# load average at the end {load_average()}")
     finally:
         procs.stop()
 

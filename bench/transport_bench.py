@@ -1,8 +1,8 @@
-"""The webhook transport alone: aiohttp (webhooks/transport.py) against the hand-framed
+"""The webhook transport alone: aiohttp (webhooks/delivery/transport.py) against the hand-framed
 transport it replaced, in the same process run (figures, never assertions).
 
     .venv/bin/python bench/transport_bench.py [--requests 20000] [--window 64] [--rounds 3]
-        [--baseline-commit 221e649]
+        [--baseline-commit 221e649] [--smoke]
 
 What runs, all on this machine:
 
@@ -14,13 +14,18 @@ What runs, all on this machine:
   token, an Authorization), kept --window in flight through `submit` as the delivery pump
   does (each finished send is replaced by the next at once);
 - the baseline is the transport as it stood at --baseline-commit (the last commit that framed
-  HTTP itself over httptools), read from git into var/bench/ and imported beside today's.
+  HTTP itself over httptools; then webhooks/transport.py), read from git into var/bench/ and
+  imported beside today's, its imports of modules that have moved since (webhooks.ssrf, now
+  webhooks.delivery.ssrf) pointed at their new homes. A clone without that commit (shallow)
+  runs aiohttp alone and says so.
 
 Figures per transport: requests/s (best and median of the rounds), CPU microseconds per
 request of this process (all threads: the driver, the sender loop, its resolver threads;
 `time.process_time`), and the per-request duration the transport reports (p50 / p99 ms). The
 ratio aiohttp / framed is printed for throughput and CPU. The durable delivery path's figures
 (>= 1,000 deliveries/s) come from bench/delivery_bench.py, which runs the pump and the database.
+Public entry points only: the transport's `PostRequest` and `submit`. No database is used.
+`--smoke`: 200 POSTs, one round, a warm-up of 100 (that the bench runs, not a figure).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, Procs  # noqa: E402
+from common import ROOT, Procs, load_average  # noqa: E402
 from delivery_bench import Sink  # noqa: E402
 
 LOG_DIR = ROOT / "var" / "bench"
@@ -56,15 +61,35 @@ HEADERS = {
 }
 
 
+# Where the transport lived at a commit, newest first.
+TRANSPORT_PATHS = ("webhooks/delivery/transport.py", "webhooks/transport.py")
+# Modules the baseline imports that have moved since: old name -> new name.
+MOVED = {"webhooks.ssrf": "webhooks.delivery.ssrf"}
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
 def load_baseline(commit: str):
-    """webhooks/transport.py as it was at `commit`, imported as a module of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{commit}:webhooks/transport.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    """The transport as it was at `commit`, imported as a module of its own; None when this
+    clone does not have that commit."""
+    path = next(
+        (p for p in TRANSPORT_PATHS if _git("cat-file", "-e", f"{commit}:{p}").returncode == 0),
+        None,
+    )
+    if path is None:
+        return None
+    source = _git("show", f"{commit}:{path}").stdout
+    for old, new in MOVED.items():
+        if importlib.util.find_spec(old) is None:
+            package, _, name = old.rpartition(".")
+            new_package, _, new_name = new.rpartition(".")
+            source = source.replace(
+                f"from {package} import {name}\n",
+                f"from {new_package} import {new_name} as {name}\n",
+            )
+            source = source.replace(f"from {old} import", f"from {new} import")
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     path = LOG_DIR / f"framed_transport_{commit}.py"
     path.write_text(source)
@@ -114,7 +139,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64, help="sends in flight (pump window)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline-commit", default="221e649")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny parameters, every phase run once: a check that the bench runs, not a figure",
+    )
     args = parser.parse_args()
+    warmup = 2000
+    if args.smoke:
+        args.requests, args.rounds, warmup = 200, 1, 100
 
     os.environ.update(
         {
@@ -127,10 +160,13 @@ def main() -> None:
     import django
 
     django.setup()
-    from webhooks import transport as aiohttp_transport
+    from webhooks.delivery import transport as aiohttp_transport
 
     # Both add User-Agent and Accept-Encoding themselves: the same request on the wire.
-    implementations = {"aiohttp": aiohttp_transport, "framed": load_baseline(args.baseline_commit)}
+    implementations = {"aiohttp": aiohttp_transport}
+    framed = load_baseline(args.baseline_commit)
+    if framed is not None:
+        implementations["framed"] = framed
 
     procs = Procs()
     try:
@@ -138,15 +174,18 @@ def main() -> None:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
-        load = os.getloadavg()
+        baseline = (
+            f"baseline = the transport at {args.baseline_commit}"
+            if framed is not None
+            else f"NO baseline: commit {args.baseline_commit} is not in this clone (aiohttp alone)"
+        )
         print(
             f"# webhook transport bench: {os.cpu_count()} cores shared with the sink; load avg "
-            f"before {load[0]:.2f}; code {head}; baseline = webhooks/transport.py at "
-            f"{args.baseline_commit}; {args.requests} POSTs of {len(BODY)} bytes per round, "
-            f"{args.window} in flight, keep-alive to one origin"
+            f"before {load_average()}; code {head}; {baseline}; {args.requests} POSTs of "
+            f"{len(BODY)} bytes per round, {args.window} in flight, keep-alive to one origin"
         )
         for transport in implementations.values():  # warm up: connections, imports
-            one_round(transport, sink.url, 2000, args.window)
+            one_round(transport, sink.url, warmup, args.window)
         rounds: dict[str, list[dict]] = {name: [] for name in implementations}
         for _ in range(args.rounds):
             for name, transport in implementations.items():
@@ -172,11 +211,14 @@ def main() -> None:
             p99 = statistics.median(r["p99"] for r in rs)
             summary[name] = (median, cpu)
             print(f"{name:<10} {best:>11,.0f} {median:>8,.0f} {cpu:>11.0f} {p50:>7.2f} {p99:>7.2f}")
-        (a_rps, a_cpu), (f_rps, f_cpu) = summary["aiohttp"], summary["framed"]
-        print(
-            f"\naiohttp / framed: throughput x{a_rps / f_rps:.2f}, CPU per request "
-            f"x{a_cpu / f_cpu:.2f} (medians of {args.rounds} rounds)"
-        )
+        if "framed" in summary:
+            (a_rps, a_cpu), (f_rps, f_cpu) = summary["aiohttp"], summary["framed"]
+            cpu_ratio = f"x{a_cpu / f_cpu:.2f}" if f_cpu else "n/a"
+            print(
+                f"\naiohttp / framed: throughput x{a_rps / f_rps:.2f}, CPU per request "
+                f"{cpu_ratio} (medians of {args.rounds} rounds)"
+            )
+        print(f"# load average at the end {load_average()}")
     finally:
         procs.stop()
 

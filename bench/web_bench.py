@@ -3,10 +3,12 @@ request on its own work (figures, never assertions).
 
     .venv/bin/python bench/web_bench.py [--requests 4000] [--rounds 3] [--concurrency 16]
                                         [--history 5000] [--only GetTask]
+                                        [--database NAME] [--smoke]
 
-What runs: a database of the bench's own (`a2a_bench_web` on the machine's PostgreSQL, created
-afresh, migrated) with one echo agent and a client API key; in this process (pinned to CPU 0
-on a machine with two cores or more, PostgreSQL left free), --concurrency coroutines call the
+What runs: a database of the bench's own (--database, default `a2a_bench_web`, on
+A2A_BENCH_PG's PostgreSQL, created afresh, migrated) with one echo agent and a client API
+key; in this process (pinned to CPU 0 on a machine with two cores or more, PostgreSQL left
+free), --concurrency coroutines call the
 ASGI application (`a2a_platform.asgi.application`, the entry point uvicorn serves) directly,
 with a request scope and body, as a server would after parsing the HTTP. No socket, no HTTP
 parser, no client: what is measured is the platform's code and its database work.
@@ -25,7 +27,10 @@ lookup by key can walk an index that grows with every round). Each figure (or, w
 Per request: this process's CPU (`time.process_time`, the ORM threads included), its
 PostgreSQL backends' (from /proc) and the wall time; medians of the rounds. For an A/B of
 two commits, run it in each worktree, alternating. The whole platform under HTTP load,
-against the official SDK: bench/sdk_compare.py.
+against the official SDK: bench/sdk_compare.py. Public entry points only: the ASGI
+application, the services (`task_answer`, `worker_heartbeat`: what a worker's heartbeat job
+writes, standing in for the worker this bench does not start). `--smoke`: 50 requests, one
+round, a history of 50 and a warm-up of 20 (that the bench runs, not a figure).
 """
 
 from __future__ import annotations
@@ -42,7 +47,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ECHO_AGENT, ROOT, fresh_database, platform_env  # noqa: E402
+from common import (  # noqa: E402
+    ECHO_AGENT,
+    ROOT,
+    add_common_args,
+    fresh_database,
+    load_average,
+    platform_env,
+)
 
 DATABASE = "a2a_bench_web"
 FIGURES = ("agent card", "GetTask", "SendMessage returnImmediately")
@@ -64,9 +76,8 @@ def _backends(url: str) -> list[int]:
 
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
-            " AND backend_type = 'client backend'",
-            [DATABASE],
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         ).fetchall()
     return [pid for (pid,) in rows]
 
@@ -129,9 +140,13 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=FIGURES, help="this figure only (repeatable)"
     )
+    add_common_args(parser, DATABASE)
     args = parser.parse_args()
+    args.warmup = 500
+    if args.smoke:
+        args.requests, args.rounds, args.history, args.warmup = 50, 1, 50, 20
 
-    url = fresh_database(DATABASE)
+    url = fresh_database(args.database)
     env = platform_env(url, LOG_LEVEL="WARNING", ALLOWED_HOSTS="127.0.0.1,localhost")
     run = {"cwd": ROOT, "env": env, "check": True, "capture_output": True, "text": True}
     subprocess.run([sys.executable, "manage.py", *ECHO_AGENT], **run)
@@ -218,11 +233,11 @@ async def _bench(args, url: str, token: str) -> None:
     await drive(every["SendMessage returnImmediately"], args.history)
     _analyze(url)
     for make in figures.values():  # warm-up: prepared statements, caches, pool
-        await drive(make, 500)
+        await drive(make, args.warmup)
     backends = _backends(url)
     print(
         f"# {args.requests} requests a round, {args.rounds} rounds, {args.concurrency} at a "
-        f"time; {len(backends)} PostgreSQL backends"
+        f"time; {len(backends)} PostgreSQL backends; load average {load_average()}"
     )
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in figures}
     for _ in range(args.rounds):
@@ -246,6 +261,7 @@ async def _bench(args, url: str, token: str) -> None:
             f"  {name:30} per request (median): web CPU {python:.3f} ms, PostgreSQL CPU "
             f"{postgres:.3f} ms, wall {wall:.3f} ms   (rounds, web/PostgreSQL: {runs})"
         )
+    print(f"# load average at the end {load_average()}")
     await startup.put({"type": "lifespan.shutdown"})
     await lifespan
 

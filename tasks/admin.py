@@ -2,25 +2,9 @@
 
 from django.contrib import admin
 
-from agents.admin import SecretLookupsRefused
+from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline
 from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
 from tasks.selectors import task_orphaned_q
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def get_readonly_fields(self, request, obj=None):
-        # Every shown field is read-only; without this the inline's form is built with the
-        # non-editable `created_at` and the task page fails with a FieldError.
-        return self.fields
 
 
 class TaskEventInline(ReadOnlyInline):
@@ -62,7 +46,7 @@ class OrphanedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Task)
-class TaskAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class TaskAdmin(ReadOnlyAdmin):
     list_display = ("id", "agent", "state", "status_timestamp", "context_id", "owner", "last_seq")
     list_filter = ("state", "agent", OrphanedFilter)
     search_fields = ("=id", "context_id")
@@ -80,12 +64,3 @@ class TaskAdmin(SecretLookupsRefused, admin.ModelAdmin):
         except ValueError:
             return queryset.filter(context_id__icontains=term) if term else queryset, False
         return queryset.filter(id=term) | queryset.filter(context_id=term), False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

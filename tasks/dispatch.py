@@ -27,6 +27,7 @@ from tasks.errors import NotExternalExecutor
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch, Task
 from tasks.task_store import get_task_store
+from tasks.task_store.base import ReleaseOutcome
 
 logger = logging.getLogger(__name__)
 # A line per claim, on the logger of tasks/services.py's per-task lines (A2A_TASK_LOG_LEVEL).
@@ -36,7 +37,7 @@ lifecycle_log = logging.getLogger("tasks.lifecycle")
 # Built-in executors whose run is short and never waits: a new dispatch of theirs rings the
 # doorbell instead of publishing a job of its own, and one RUN_DUE_DISPATCHES_JOB runs every
 # due one in turn (`dispatch_claim_due`). A job's publish and its consumption are then paid
-# once per batch, not once per task (docs/decisions.md, "Throughput"). A run that asks to
+# once per batch, not once per task (docs/decisions.md, "The doorbell"). A run that asks to
 # run again later, a release that finds new input, and the sweeper's re-enqueues still
 # publish the dispatch's own job.
 QUICK_EXECUTORS: tuple[str, ...] = (Executor.ECHO,)
@@ -49,9 +50,9 @@ def _uses_celery(task: Task) -> bool:
 
 
 def ring_for_due_dispatches() -> None:
-    """Publish a RUN_DUE_DISPATCHES_JOB unless one is on its way or a drain holds the bell (it
-    is nudged instead: a2a_platform/lib/doorbell.py). A publish the broker refused gives the
-    bell back: no job carries it, so the next ring must try."""
+    """Publish a RUN_DUE_DISPATCHES_JOB unless one is on its way or a drain watches the bell
+    (it hears the ring instead: a2a_platform/lib/doorbell.py). A publish the broker refused
+    gives the bell back: no job carries it, so the next ring must try."""
     if doorbell.ring(RUN_DUE_DISPATCHES_JOB) and not send_job(RUN_DUE_DISPATCHES_JOB, []):
         doorbell.release(RUN_DUE_DISPATCHES_JOB)
 
@@ -108,7 +109,7 @@ def dispatch_announce_new(dispatches: Sequence[ExecutorDispatch]) -> None:
 
 @dataclass(frozen=True)
 class DispatchClaim:
-    """A dispatch this worker now holds: run the task until `lease_expires_at`, renewing."""
+    """A dispatch this worker has claimed: run the task until `lease_expires_at`, renewing."""
 
     dispatch_id: int
     task_id: str
@@ -228,7 +229,7 @@ def dispatch_claim_next(*, agent: Agent, worker: str) -> DispatchClaim | None:
 
 
 def dispatch_renew(*, dispatch_ids: Sequence[int], worker: str) -> int:
-    """Push the leases forward; how many of them `worker` still holds (a lease lost was
+    """Push the leases forward; how many of them are still `worker`'s (a lease lost was
     swept, or its task finished). One statement, atomic on its own."""
     return ExecutorDispatch.objects.filter(
         pk__in=dispatch_ids, state=DispatchState.CLAIMED, claimed_by=worker[:255]
@@ -245,7 +246,7 @@ def dispatch_finish(
     """Release a claim: done, or pending again after `run_again_after` seconds (an ETA kept
     in the database, so a lost countdown message is caught by the sweeper).
 
-    A client message that arrived while the claim was held (the task asked for input and the
+    A client message that arrived during the claim (the task asked for input and the
     client answered before this release) found the dispatch still active and opened none:
     the dispatch then stays pending, due now, so the answer is run. The lifecycle services'
     lock order, task then dispatch: a racing client message has either committed (and is
@@ -260,10 +261,10 @@ def dispatch_finish(
         )
         if released is None:
             return False
-        if released.outcome != "done" and released.executor != Executor.EXTERNAL:
-            countdown = run_again_after if released.outcome == "again" else None
+        if released.outcome != ReleaseOutcome.DONE and released.executor != Executor.EXTERNAL:
+            countdown = run_again_after if released.outcome == ReleaseOutcome.AGAIN else None
             enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch_id], countdown=countdown)
-    if released.outcome == "input":
+    if released.outcome == ReleaseOutcome.INPUT:
         logger.info(
             "client input arrived during the run; dispatch pending again",
             extra={"task_id": str(released.task_id), "dispatch_id": dispatch_id},

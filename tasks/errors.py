@@ -5,7 +5,7 @@ from __future__ import annotations
 from tasks.state_machine import IllegalTransition
 
 __all__ = [
-    "DispatchNotHeld",
+    "DispatchLeaseLost",
     "IllegalTransition",
     "InvalidPayload",
     "NotExternalExecutor",
@@ -59,9 +59,10 @@ class NotExternalExecutor(TaskError):
         )
 
 
-class DispatchNotHeld(TaskError):
-    """A renew or release of a dispatch the caller does not hold (its lease lapsed and was
-    swept, the task finished, or it never held it)."""
+class DispatchLeaseLost(TaskError):
+    """A renew or release of a dispatch whose lease is not the caller's (it lapsed and the
+    dispatch was swept, the task finished, or the caller never claimed it): `lease_lost` on
+    the worker API. The message keeps the API's wording."""
 
     def __init__(self, dispatch_id: int) -> None:
         self.dispatch_id = dispatch_id

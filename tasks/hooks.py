@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 EventWrite = tuple["Task", "list[TaskEvent]"]
 EventHook = Callable[[list[EventWrite]], None]
 _event_hooks: list[EventHook] = []
-_held = threading.local()  # the writes `hooks_together` holds on this thread, if any
+_together = threading.local()  # the writes `hooks_together` collects on this thread, if any
 
 
 def register_event_hook(hook: EventHook) -> None:
@@ -31,9 +31,9 @@ def register_event_hook(hook: EventHook) -> None:
 
 
 def run_event_hooks(task: Task, events: list[TaskEvent]) -> None:
-    held = getattr(_held, "writes", None)
-    if held is not None:
-        held.append((task, events))
+    collected = getattr(_together, "writes", None)
+    if collected is not None:
+        collected.append((task, events))
         return
     _run([(task, events)])
 
@@ -45,13 +45,13 @@ def hooks_together() -> Iterator[None]:
     for the batch). Each write's events are still written when it is made, and each task
     stays locked by its write until the transaction ends, so a hook run at the end sees
     what it would have seen right after each write. Not nested."""
-    if getattr(_held, "writes", None) is not None:
+    if getattr(_together, "writes", None) is not None:
         raise RuntimeError("hooks_together() is already open on this thread")
-    _held.writes = writes = []
+    _together.writes = writes = []
     try:
         yield
     finally:
-        _held.writes = None
+        _together.writes = None
     if writes:
         _run(writes)
 

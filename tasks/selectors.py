@@ -169,7 +169,7 @@ TASK_ORDERINGS = (
 
 def task_orphaned_q() -> Q:
     """The one definition of an orphaned task: a rebind's cutover left one of its push
-    channels orphaned (the mark `webhooks.channel_moves.mark_orphaned` writes under the
+    channels orphaned (the mark `webhooks.rebinds.channel_moves.mark_orphaned` writes under the
     push-channel extension's URI) and no operator has re-bound it yet."""
     # A key path, not `contains`: SQLite (the embedded mode) has no JSON containment.
     return Q(**{f"metadata__{PUSH_CHANNEL_URI}__orphaned": True})

@@ -89,8 +89,8 @@ def _as_message(message: MessageInput, field: str = "message") -> a2a_pb2.Messag
 
 
 @dataclass
-class _Held:
-    """A transaction's new events, and the artifact one of them adds, held to be written
+class _PendingEvents:
+    """A transaction's new events, and the artifact one of them adds, pending, to be written
     together at its end (`_write_events`)."""
 
     events: list[TaskEvent] = field(default_factory=list)
@@ -102,13 +102,13 @@ def _append_event(
     kind: str,
     payload: dict[str, Any],
     *,
-    held: _Held | None = None,
+    pending: _PendingEvents | None = None,
     artifact: Artifact | None = None,
 ) -> TaskEvent:
     """The next event of a locked task (with `artifact`, the artifact row it adds); also
     writes the task's lifecycle fields (task_store.LIFECYCLE_FIELDS) as they are now, and
-    queues the hub's NOTIFY. With `held`, the event (and artifact) is numbered and held
-    instead, for `_write_events` to write with the others of the same transaction in one
+    queues the hub's NOTIFY. With `pending`, the event (and artifact) is numbered and added
+    to it instead, for `_write_events` to write with the others of the same transaction in one
     statement."""
     task.last_seq += 1
     event = new_row(
@@ -119,32 +119,32 @@ def _append_event(
         payload=payload,
         created_at=timezone.now(),
     )
-    if held is None:
-        _write_locked(task, _Held([event], artifact))
+    if pending is None:
+        _write_locked(task, _PendingEvents([event], artifact))
     else:
-        held.events.append(event)
+        pending.events.append(event)
         if artifact is not None:
-            held.artifact = artifact
+            pending.artifact = artifact
     return event
 
 
-def _write_events(task: Task, held: _Held) -> bool:
+def _write_events(task: Task, pending: _PendingEvents) -> bool:
     """Write a task's new events together, with the artifact one adds and its lifecycle fields
     as they are now (one statement on PostgreSQL), then run the event hooks on them together.
     False: the task moved since `task` was read, and nothing was written (only a task read
     without its lock can have moved: `task_answer`'s `seen`)."""
-    if not held.events:
+    if not pending.events:
         return True
-    if not get_task_store().append_events(task, held.events, held.artifact):
+    if not get_task_store().append_events(task, pending.events, pending.artifact):
         return False
-    run_event_hooks(task, held.events)
+    run_event_hooks(task, pending.events)
     return True
 
 
-def _write_locked(task: Task, held: _Held) -> None:
+def _write_locked(task: Task, pending: _PendingEvents) -> None:
     """`_write_events` for a task locked by this transaction (`lock_task`): it cannot move."""
-    if not _write_events(task, held):
-        raise RuntimeError(f"task {task.id} moved while this transaction held its lock")
+    if not _write_events(task, pending):
+        raise RuntimeError(f"task {task.id} moved while this transaction had it locked")
 
 
 def _message_row(task: Task, msg: a2a_pb2.Message) -> Message:
@@ -190,14 +190,14 @@ def _set_status(
     to_state: TaskState,
     status_message: dict | None,
     *,
-    held: _Held | None = None,
+    pending: _PendingEvents | None = None,
 ) -> None:
     check_transition(task.task_state, to_state)
     task.state = to_state.value
     task.status_timestamp = next_status_timestamp(task.status_timestamp, timezone.now())
     task.status_message = status_message
     # A terminal state closes the task's dispatches with its events' write (append_events).
-    _append_event(task, EventKind.STATUS, wire.status_update_json(task), held=held)
+    _append_event(task, EventKind.STATUS, wire.status_update_json(task), pending=pending)
 
 
 def _new_task(
@@ -256,28 +256,6 @@ def _open_task(**rows: Any) -> tuple[Task, Message] | None:
         return None
     dispatch_announce_new([new.dispatch])
     return new.task, new.message
-
-
-def task_create(
-    *,
-    agent: Any,
-    owner: str,
-    message: MessageInput,
-    context_id: str | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> Task:
-    """Open a task for a client's first message.
-
-    One transaction: Task (SUBMITTED), the message in its history, TaskEvent seq 1 and an
-    executor dispatch. After commit: the executor job is enqueued (built-in executors).
-    """
-    msg = _as_message(message)
-    with transaction.atomic():
-        task, _ = _open_task(
-            agent=agent, owner=owner, msg=msg, context_id=context_id, metadata=metadata
-        )
-    lifecycle_log.info("task created", extra={"task_id": str(task.id), "agent": agent.slug})
-    return task
 
 
 def task_transition(
@@ -357,7 +335,7 @@ def _add_artifact(
     *,
     append: bool,
     last_chunk: bool,
-    held: _Held | None = None,
+    pending: _PendingEvents | None = None,
 ) -> None:
     """The artifact (or chunk) of a locked, non-terminal task, and its event; `existing` is
     the task's stored artifact of that id, if any."""
@@ -380,7 +358,7 @@ def _add_artifact(
         task,
         EventKind.ARTIFACT,
         wire.artifact_update_json(task, chunk, append=append, last_chunk=last_chunk),
-        held=held,
+        pending=pending,
         artifact=existing,
     )
 
@@ -407,7 +385,7 @@ def task_answer(
 ) -> Task:
     """An executor's whole answer in one transaction, the task locked at most once: WORKING if the
     task is still SUBMITTED, then the artifact (one chunk, its last) unless the task already
-    holds a complete artifact of that id (a run resumed after a crash: not sent again), then
+    has a complete artifact of that id (a run resumed after a crash: not sent again), then
     `to_state` with an optional agent status message. The same events as task_transition,
     task_add_artifact and task_transition in turn, written in one statement at the end (the
     task row written once); all of them or none commit, so a run killed midway leaves the
@@ -437,26 +415,26 @@ def task_answers(answers: Sequence[Answer]) -> list[Task]:
     claim again on its own). Those whose `seen` row has not moved are written together, in
     one statement however many (task_store.append_events_together: their rows locked in id
     order, the moved ones' too); each other one then the locked way, in turn, its lock already
-    held. Returns the tasks, in order."""
+    taken. Returns the tasks, in order."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("task_answers() runs inside a transaction")
     steps = []
     for answer in answers:
         to_state = TaskState(answer.to_state)
         art, chunk = _parse_artifact(answer.artifact)
-        held, seen = None, answer.seen
+        pending, seen = None, answer.seen
         if seen is not None and seen.task_state == TaskState.SUBMITTED:
             # A refusal read from an unlocked row is not final: the lock decides.
             with contextlib.suppress(IllegalTransition):
-                held = _answer_events(seen, art, chunk, to_state, answer.message)
-        steps.append((answer, art, chunk, to_state, held))
-    unlocked = [(a.seen, held.events, held.artifact) for a, *_, held in steps if held]
+                pending = _answer_events(seen, art, chunk, to_state, answer.message)
+        steps.append((answer, art, chunk, to_state, pending))
+    unlocked = [(a.seen, pending.events, pending.artifact) for a, *_, pending in steps if pending]
     written = get_task_store().append_events_together(unlocked) if unlocked else set()
     tasks = []
-    for answer, art, chunk, to_state, held in steps:
-        if held is not None and answer.seen.pk in written:
+    for answer, art, chunk, to_state, pending in steps:
+        if pending is not None and answer.seen.pk in written:
             task = answer.seen
-            run_event_hooks(task, held.events)
+            run_event_hooks(task, pending.events)
         else:
             task = lock_task(answer.task_id)
             _write_locked(task, _answer_events(task, art, chunk, to_state, answer.message))
@@ -474,22 +452,22 @@ def _answer_events(
     chunk: dict[str, Any],
     to_state: TaskState,
     message: MessageInput | str | None,
-) -> _Held:
+) -> _PendingEvents:
     """task_answer's events for `task` as it is (numbered, and its fields moved on, not yet
     written)."""
     if task.task_state in TERMINAL_STATES:
         raise TaskTerminal(task.id, task.state)
-    held = _Held()
+    pending = _PendingEvents()
     if task.task_state == TaskState.SUBMITTED:
         # Nothing was answered yet: no artifact of this run can exist.
-        _set_status(task, TaskState.WORKING, None, held=held)
+        _set_status(task, TaskState.WORKING, None, pending=pending)
         done = None
     else:
         done = get_task_store().artifact(task, art.artifact_id)
     if done is None or not done.complete:
-        _add_artifact(task, art, chunk, done, append=False, last_chunk=True, held=held)
-    _set_status(task, to_state, _agent_status_message(task, message), held=held)
-    return held
+        _add_artifact(task, art, chunk, done, append=False, last_chunk=True, pending=pending)
+    _set_status(task, to_state, _agent_status_message(task, message), pending=pending)
+    return pending
 
 
 def task_append_message(*, task_id: object, message: MessageInput) -> Task:

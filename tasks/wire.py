@@ -44,13 +44,53 @@ def parse_dict(data: dict, proto_cls: type[ProtoMessage]) -> ProtoMessage:
 
 
 def _parsed_by_protobuf(data: dict, proto_cls: type[ProtoMessage]) -> ProtoMessage:
-    """`parse_dict` by protobuf's JSON parser alone (strict, then unknown fields ignored)."""
+    """`parse_dict` by protobuf's JSON parser alone: strict, and when the strict error is about
+    an unknown field, strict again on the data without its unknown fields (at every depth), so
+    an unknown enum value is refused wherever it stands among the keys."""
     try:
-        return json_format.ParseDict(data, proto_cls())
-    except json_format.ParseError as exc:
-        if "has no field named" not in str(exc):
-            raise
-    return json_format.ParseDict(data, proto_cls(), ignore_unknown_fields=True)
+        try:
+            return json_format.ParseDict(data, proto_cls())
+        except json_format.ParseError as exc:
+            if "has no field named" not in str(exc):
+                raise
+        return json_format.ParseDict(_known_fields(data, proto_cls.DESCRIPTOR), proto_cls())
+    except (OverflowError, SystemError) as exc:
+        # A number beyond a double (JSON's 1e400) and text protobuf cannot encode (a lone
+        # surrogate, which its C parser reports as a SystemError): both invalid values.
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
+# Messages whose ProtoJSON form is free JSON (or names its own type): kept as they are.
+_FREE_FORM = {
+    "google.protobuf.Struct",
+    "google.protobuf.Value",
+    "google.protobuf.ListValue",
+    "google.protobuf.Any",
+}
+
+
+def _known_fields(data: Any, descriptor) -> Any:
+    """`data` less the keys that name no field of `descriptor`'s message, at every depth (spec
+    §5.7: unknown fields are ignored); values are left for the strict parser to judge."""
+    if not isinstance(data, dict) or descriptor.full_name in _FREE_FORM:
+        return data
+    fields = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    known = {}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            continue
+        message = field.message_type
+        if message is not None and message.GetOptions().map_entry:
+            entry = message.fields_by_name["value"].message_type
+            if entry is not None and isinstance(value, dict):
+                value = {k: _known_fields(v, entry) for k, v in value.items()}
+        elif message is not None and isinstance(value, list):
+            value = [_known_fields(item, message) for item in value]
+        elif message is not None:
+            value = _known_fields(value, message)
+        known[key] = value
+    return known
 
 
 # The scalar fields a request can be built from directly: the JSON type each must have.

@@ -59,11 +59,12 @@ def _fresh_process_caches():
     production TTLs, and an entry left by an earlier test (an agent or key since rolled back
     or flushed, whose pk or slug a later test reuses) must not answer for it. Changes a test
     makes itself are seen through the production path: the change's commit drops this
-    process's entries (protocol/context.py, webhooks/delivery.py), and other processes wait
-    for the TTL (tests/integration/test_cache_bounds.py)."""
+    process's entries (protocol/context.py, webhooks/delivery/claim_record.py), and other processes
+    wait for the TTL (tests/integration/test_cache_bounds.py)."""
     from a2a_platform.lib import ttl_cache
 
-    ttl_cache.clear_all()
+    for cache in list(ttl_cache._instances):
+        cache.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

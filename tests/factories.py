@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 import factory
+from django.db import transaction
 
 from agents.models import Agent
 from agents.signing import signing_key_create_for_new_agent
+from tasks import services
+from tasks.models import Task
 
 
 class AgentFactory(factory.django.DjangoModelFactory):
@@ -35,3 +38,29 @@ class AgentFactory(factory.django.DjangoModelFactory):
 
 def user_message(text: str = "hello", **extra) -> dict:
     return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}], **extra}
+
+
+def task_create(
+    *,
+    agent: Agent,
+    owner: str,
+    message: services.MessageInput,
+    context_id: str | None = None,
+    metadata: dict | None = None,
+) -> Task:
+    """A task opened for a client's first message, in the caller's transaction (not durable:
+    a test may call it inside one) and without an idempotency receipt, which SendMessage's
+    write (`services.task_send`) claims for authenticated callers.
+
+    One transaction: Task (SUBMITTED), the message in its history, TaskEvent seq 1 and an
+    executor dispatch. After commit: the executor job is enqueued (built-in executors).
+    """
+    msg = services._as_message(message)
+    with transaction.atomic():
+        task, _ = services._open_task(
+            agent=agent, owner=owner, msg=msg, context_id=context_id, metadata=metadata
+        )
+    services.lifecycle_log.info(
+        "task created", extra={"task_id": str(task.id), "agent": agent.slug}
+    )
+    return task

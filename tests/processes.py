@@ -99,9 +99,9 @@ def forget_broker_state() -> None:
     suite starts with it empty (tests/conftest.py): the messages a stopped worker left
     (a warm shutdown restores a running job's message to its queue, which the next test's
     worker would then run beside the jobs that test starts; a SIGKILLed worker's stay
-    unacknowledged for kombu's visibility timeout, an hour) and the doorbells its jobs held
-    (a2a_platform/lib/doorbell.py: a drain killed while it lingered leaves its bell held for
-    up to its TTL, so the next test's first send would nudge a dead holder instead of
+    unacknowledged for kombu's visibility timeout, an hour) and the doorbells its jobs watched
+    (a2a_platform/lib/doorbell.py: a drain killed while it lingered leaves its bell watched for
+    up to its TTL, so the next test's first send would ring for a dead drain instead of
     publishing a job). No process of the test is left to need any of it."""
     url = settings.CELERY_BROKER_URL
     if url.startswith(("redis://", "rediss://")):

@@ -171,9 +171,9 @@ def card_jwks_url(agent: Agent, *, web_url: str | None = None) -> str:
 
 
 def verified_notice(claim: Any, agent: Agent) -> ChannelNotice:
-    """A claimed delivery (webhooks.delivery.DeliveryClaim: url, headers, body) verified as a
-    strict receiver does, with the agent's JWKS and the URL it was sent to as the JWT's
-    audience, then read with `parse_channel_notice`: its notice (AssertionError when it
+    """A claimed delivery (webhooks.delivery.claim_record.DeliveryClaim: url, headers, body)
+    verified as a strict receiver does, with the agent's JWKS and the URL it was sent to as the
+    JWT's audience, then read with `parse_channel_notice`: its notice (AssertionError when it
     carries none; VerificationError when it does not verify or is malformed)."""
     delivery = WebhookVerifier(jwks=jwks(agent)).verify(
         claim.headers,

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from a2a_platform.protocol import sse
+
 
 @dataclass(frozen=True)
 class SSE:
@@ -200,3 +202,13 @@ async def http_events(
         async for chunk in response.aiter_text():
             for event in frames.feed(chunk):
                 yield response, event
+
+
+def streams_reset() -> None:
+    """Forget this process's open streams and its shutdown (as a new process starts)."""
+    sse._registry = sse._Registry()
+
+
+def open_streams() -> int:
+    """How many streams this process serves now."""
+    return len(sse._registry.slots)

@@ -27,10 +27,9 @@ from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
 from agents.signing import jwks
-from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TERMINAL_STATES
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.processes import wait_until
 from tests.webhook_receiver import ReceiverProcess, Record
 from webhooks.job_names import SWEEP_DELIVERIES_JOB
@@ -79,7 +78,7 @@ def open_task(agent, text: str, *configs: dict[str, Any]) -> tuple[Task, list[Pu
     """A task and its push configs in one transaction (as SendMessage with an inline config
     does): the snapshot is the task as created, every later event is owed."""
     with transaction.atomic():
-        task = services.task_create(agent=agent, owner="o", message=user_message(text))
+        task = task_create(agent=agent, owner="o", message=user_message(text))
         pushes = [push_config_create(task=task, config=cfg).config for cfg in configs]
     return task, pushes
 
@@ -246,7 +245,7 @@ def assert_delivered(
 
 def waits_its_schedule(delivery: Delivery, wait_seconds: float) -> bool:
     """A delivery's next try is a schedule's wait after its latest attempt, not at once: at
-    least the wait's lower bound (80 %: webhooks/retry_policy.py's jitter), whenever the
+    least the wait's lower bound (80 %: webhooks/delivery/retry_policy.py's jitter), whenever the
     test reads it."""
     latest = DeliveryAttempt.objects.filter(delivery=delivery).latest("started_at")
     return delivery.next_attempt_at >= latest.started_at + dt.timedelta(seconds=wait_seconds * 0.8)

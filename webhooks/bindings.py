@@ -1,7 +1,7 @@
 """Push binding versions: checking a config (`push_config_check`), making a version, and the
 delivery bodies written beside it; the pieces the registration (webhooks/services.py) and a
-rebind (webhooks/rebind.py, webhooks/channel_moves.py) share. The writes run inside the
-caller's transaction and validate nothing (callers check first)."""
+rebind (webhooks/rebinds/operations.py, webhooks/rebinds/channel_moves.py) share. The writes run
+inside the caller's transaction and validate nothing (callers check first)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,16 @@ from a2a_platform.lib.crypto import encrypt
 from tasks import wire
 from tasks.errors import InvalidPayload
 from tasks.models import Task
-from webhooks.models import CONFIG_ID, Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
-from webhooks.ssrf import UnsafeDestination, check_url_at_registration
+from webhooks.delivery.ssrf import UnsafeDestination, check_url_at_registration
+from webhooks.models import (
+    CONFIG_ID,
+    Delivery,
+    DeliveryKind,
+    DeliveryState,
+    Endpoint,
+    PushBinding,
+    PushConfig,
+)
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,63}")
 # Token and credentials travel in request headers: printable ASCII only (a newline or a
@@ -146,7 +154,7 @@ def snapshot_delivery(
         binding=binding,
         task=task,
         seq=task.last_seq,
-        kind="snapshot",
+        kind=DeliveryKind.SNAPSHOT,
         body=snapshot_body(task),
         next_attempt_at=now,
         state=DeliveryState.HELD if held else DeliveryState.PENDING,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from webhooks.delivery.pump import run_pump
 from webhooks.job_names import (
     CARD_AGE_CHECK_JOB,
     DELIVER_JOB,
@@ -13,12 +14,11 @@ from webhooks.job_names import (
     REBIND_MONITOR_JOB,
     SWEEP_DELIVERIES_JOB,
 )
-from webhooks.pump import run_pump
 
 
 @shared_task(name=DELIVER_JOB)
 def deliver_job() -> str:
-    """Run one delivery pump (webhooks/pump.py): claim, send and record what is due."""
+    """Run one delivery pump (webhooks/delivery/pump.py): claim, send and record what is due."""
     run = run_pump()
     return f"claimed {run.claimed}, delivered {run.delivered}"
 
@@ -33,7 +33,7 @@ def sweep_deliveries_job() -> int:
 
 @shared_task(name=PURGE_OLD_ROWS_JOB)
 def purge_old_rows_job() -> dict:
-    from webhooks.retention import purge_old_rows
+    from webhooks.delivery.retention import purge_old_rows
 
     purged = purge_old_rows()
     return {"deliveries": purged.deliveries, "events": purged.events}
@@ -57,8 +57,8 @@ def _consumed_queues(app) -> list[str]:
 
 @shared_task(name=REBIND_MONITOR_JOB)
 def rebind_monitor_job() -> int:
-    """Advance every open rebind (webhooks.rebind.rebind_monitor); idempotent."""
-    from webhooks.rebind import rebind_monitor
+    """Advance every open rebind (webhooks.rebinds.operations.rebind_monitor); idempotent."""
+    from webhooks.rebinds.operations import rebind_monitor
 
     return rebind_monitor()
 
@@ -66,14 +66,14 @@ def rebind_monitor_job() -> int:
 @shared_task(name=REBIND_FIRE_JOB)
 def rebind_fire_job(rebind_pk: str) -> str:
     """A scheduled rebind's one-off clocked job: start it (the monitor is the backstop)."""
-    from webhooks.rebind import rebind_fire
+    from webhooks.rebinds.operations import rebind_fire
 
     return rebind_fire(rebind_pk).state
 
 
 @shared_task(name=CARD_AGE_CHECK_JOB)
 def card_age_check_job() -> int:
-    """Alert when an agent's tasks outlive its card (webhooks.rebind.card_age_check)."""
-    from webhooks.rebind import card_age_check
+    """Alert when an agent's tasks outlive its card (webhooks.alerts.card_age_check)."""
+    from webhooks.alerts import card_age_check
 
     return card_age_check()

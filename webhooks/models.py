@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from enum import StrEnum
 
 from django.db import models
 
@@ -46,7 +47,7 @@ class PushConfig(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # When its head delivery (oldest open one) is due: the delivery queue claims by this, so a
     # claim reads a batch of configs off an index, whatever the backlog behind each head.
-    # NULL: nothing owed, or parked (its endpoint is paused). webhooks/heads.py keeps it.
+    # NULL: nothing owed, or parked (its endpoint is paused). webhooks/delivery/heads.py keeps it.
     head_due_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
@@ -82,7 +83,8 @@ class PushBinding(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # When it began taking deliveries. NULL: a rebind made it and it waits for the channel
     # notice on the previous version to be delivered (drain), or for an operator to re-bind an
-    # orphaned task (cutover); what is written for it meanwhile is `held` (webhooks/rebind.py).
+    # orphaned task (cutover); what is written for it meanwhile is `held`
+    # (webhooks/rebinds/operations.py).
     activated_at = models.DateTimeField(null=True, blank=True)
     # When it stopped taking new deliveries (what it already owes is still delivered).
     retired_at = models.DateTimeField(null=True, blank=True)
@@ -112,6 +114,36 @@ class DeliveryState(models.TextChoices):
 OPEN_DELIVERY_STATES = (DeliveryState.PENDING, DeliveryState.SENDING)
 
 
+class DeliveryKind(StrEnum):
+    """What a delivery carries (`Delivery.kind`, the `X-A2A-Event-Kind` header)."""
+
+    SNAPSHOT = "snapshot"  # the task as it is now: a registration's first delivery
+    STATUS = "status"  # a task event (tasks.models.EventKind's values)
+    ARTIFACT = "artifact"
+    NOTICE = "notice"  # a rebind's channel notice, on the old binding
+
+
+# What an operator's replay re-opens: a delivery that ended (never one still owed or held).
+REPLAYABLE_STATES = (DeliveryState.DEAD, DeliveryState.DELIVERED)
+
+
+class DeliveryQuerySet(models.QuerySet):
+    def replayable(self) -> DeliveryQuerySet:
+        """The one rule for what an operator's replay re-opens (`services.delivery_replay`,
+        which the deliveries admin, the rebind page's "replay notice" and the API reach
+        through `console.delivery_actions.delivery_replay_explained`): dead-lettered or
+        delivered, of a live config (a deleted config's client asked to stop), and never a
+        rebind notice whose move no longer waits for it (delivered, withdrawn by an abort, a
+        "move now" or "finish on old", replaced by a cutover's final notice): replaying one
+        would announce a channel that is not coming."""
+        awaited = ChannelMove.objects.filter(
+            notice=models.OuterRef("pk"), state=MoveState.NOTICE_PENDING
+        )
+        return self.filter(state__in=REPLAYABLE_STATES, config__deleted_at__isnull=True).exclude(
+            models.Q(kind=DeliveryKind.NOTICE) & ~models.Q(models.Exists(awaited))
+        )
+
+
 class Delivery(models.Model):
     """One StreamResponse owed to one binding: written with the event, delivered at least once.
 
@@ -124,7 +156,7 @@ class Delivery(models.Model):
     binding = models.ForeignKey(PushBinding, on_delete=models.PROTECT, related_name="deliveries")
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="deliveries")
     seq = models.PositiveIntegerField()
-    kind = models.CharField(max_length=16)  # snapshot | status | artifact | notice
+    kind = models.CharField(max_length=16)  # a DeliveryKind
     body = models.TextField()
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
@@ -136,12 +168,14 @@ class Delivery(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = DeliveryQuerySet.as_manager()
+
     class Meta:
         ordering = ["id"]
         indexes = [
             models.Index(fields=["config", "state", "id"], name="delivery_config_head"),
             models.Index(fields=["state", "next_attempt_at"], name="delivery_due"),
-            # A config's head: its first entry here (webhooks/heads.py).
+            # A config's head: its first entry here (webhooks/delivery/heads.py).
             models.Index(
                 fields=["config", "id"],
                 condition=models.Q(state__in=["pending", "sending"]),
@@ -165,7 +199,7 @@ class DeliveryAttempt(models.Model):
     response_excerpt = models.TextField(blank=True)
     request_headers = models.JSONField(default=dict, blank=True)
     manual = models.BooleanField(default=False, help_text="an operator replay")
-    # The failure in words (webhooks/transport.py's failure_detail): "connection refused",
+    # The failure in words (webhooks/delivery/transport.py's failure_detail): "connection refused",
     # "certificate has expired", "HTTP 503 Service Unavailable from the receiver". Never
     # the URL's path or query, the headers or a credential.
     error_detail = models.CharField(max_length=300, blank=True)
@@ -206,28 +240,8 @@ class Alert(models.Model):
         return f"{self.kind}: {self.message}"
 
 
-class OperatorAction(models.Model):
-    """Audit of an operator's action (admin or API), written with the action itself."""
-
-    actor = models.CharField(max_length=150)
-    action = models.CharField(max_length=64)
-    target = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"{self.actor}: {self.action}"
-
-    @classmethod
-    def record(cls, actor: str, action: str, target: dict) -> OperatorAction:
-        """The one way an action is audited (inside the action's transaction)."""
-        return cls.objects.create(actor=actor[:150], action=action, target=target)
-
-
 class RebindState(models.TextChoices):
-    """webhooks/rebind_machine.py holds the transitions."""
+    """webhooks/rebinds/machine.py holds the transitions."""
 
     SCHEDULED = "scheduled", "scheduled"
     PREPARING = "preparing", "preparing (new key published, not signing yet)"
@@ -244,7 +258,7 @@ class Rebind(models.Model):
     starts with `move_from` to `move_to` (optionally only on `move_origin`); replace one
     config's URL and/or credentials (`config` and the `new_*` fields; a client re-registering
     a config id is this scope). The policy and the deadline action are declared up front.
-    webhooks/rebind.py runs it; one ChannelMove row per config it moves.
+    webhooks/rebinds/operations.py runs it; one ChannelMove row per config it moves.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -328,19 +342,52 @@ class MoveState(models.TextChoices):
     CONFIG_DELETED = "config_deleted", "ended: the client deleted the config"
 
 
-ON_OLD_MOVE_STATES = (MoveState.NOTICE_PENDING, MoveState.FINISHING_ON_OLD)
+class ChannelMoveQuerySet(models.QuerySet):
+    """The rebinds' predicates over moves, each written once (docs/decisions.md, "Rebinds'
+    rules, one home each (issue 44)")."""
 
+    @staticmethod
+    def on_old_q() -> models.Q:
+        """`on_old()` as a Q, for the aggregates that count it beside other things in one
+        query (`Count("id", filter=...)`: the dashboard, the console's progress)."""
+        return models.Q(config__deleted_at__isnull=True) & (
+            models.Q(state=MoveState.NOTICE_PENDING)
+            | models.Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT_VALUES)
+        )
 
-def still_on_old_version() -> models.Q:
-    """The one rule for "still on the old version" (the moves that keep a rebind open; what
-    the drain, the counts, the console, the dashboard and the API count): a move waiting for
-    its notice, whatever its task's state (what the task emitted meanwhile is held for the new
-    version until the notice is delivered), or a task finishing on the old channel that is
-    still in flight; never a deleted config's (its client asked to stop)."""
-    return models.Q(config__deleted_at__isnull=True) & (
-        models.Q(state=MoveState.NOTICE_PENDING)
-        | models.Q(state=MoveState.FINISHING_ON_OLD, task__state__in=IN_FLIGHT_VALUES)
-    )
+    def on_old(self) -> ChannelMoveQuerySet:
+        """The moves still on the old version, as every interface shows and counts them (the
+        console's live list and progress, the dashboard, `selectors.rebind_counts` and
+        `rebind_stragglers`, so the API and the `rebind` command): a move waiting for its
+        notice, whatever its task's state (what the task emitted meanwhile is held for the
+        new version until the notice is delivered, or dead-lettered and waiting for an
+        operator), or a task finishing on the old channel that is still in flight; never a
+        deleted config's (its client asked to stop)."""
+        return self.filter(self.on_old_q())
+
+    @classmethod
+    def notice_dead_q(cls) -> models.Q:
+        """`notice_dead()` as a Q, for the console's progress aggregate."""
+        return cls.on_old_q() & models.Q(
+            state=MoveState.NOTICE_PENDING, notice__state=DeliveryState.DEAD
+        )
+
+    def notice_dead(self) -> ChannelMoveQuerySet:
+        """The moves on the old version because their notice dead-lettered: what the
+        `rebind_notice_dead` alert names, the rebind page lists as stuck and "Replay notice"
+        re-opens (a dead notice whose move was decided otherwise is not one of them)."""
+        return self.filter(self.notice_dead_q())
+
+    def keeping_drain_open(self) -> ChannelMoveQuerySet:
+        """The moves that keep a draining rebind from completing, and that a cutover orphans
+        (`operations._drain_step`, `_cut_over`): exactly `on_old()`, by decision. The drain
+        once counted a finished task whose notice was still open while the console did not
+        (and a finished task whose notice was dead counted nowhere, so the drain completed
+        with its last events held for good); since issue 43 both count it, so an operator
+        never sees "0 left" on a rebind that is still draining, nor the reverse. Named apart
+        so that the drain's call site says what it asks; a change to one is a change to both,
+        which `test_on_old_is_what_keeps_the_drain_open` holds."""
+        return self.on_old()
 
 
 class ChannelMove(models.Model):
@@ -363,6 +410,8 @@ class ChannelMove(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = ChannelMoveQuerySet.as_manager()
+
     class Meta:
         ordering = ["id"]
         constraints = [
@@ -375,13 +424,3 @@ class ChannelMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.config_id}: {self.state}"
-
-
-def notice_no_longer_awaited() -> models.Q:
-    """Notices whose move no longer waits for them (delivered, withdrawn by an abort, a
-    "move now" or "finish on old", replaced by a cutover's final notice): replaying one would
-    announce a channel that is not coming. Deliveries of any other kind never match."""
-    awaited = ChannelMove.objects.filter(
-        notice=models.OuterRef("pk"), state=MoveState.NOTICE_PENDING
-    )
-    return models.Q(kind="notice") & ~models.Q(models.Exists(awaited))

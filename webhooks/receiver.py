@@ -352,7 +352,7 @@ class WebhookVerifier:
             ):
                 return False
             self._last_fetch = now
-            # The lock is held across the fetch on purpose: concurrent verifications that all
+            # The lock is kept across the fetch on purpose: concurrent verifications that all
             # miss wait for one fetch instead of each starting their own.
             try:
                 keys = parse_jwks(self._fetch(self.jwks_url))

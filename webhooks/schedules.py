@@ -40,7 +40,8 @@ SCHEDULES: dict[str, Schedule] = {
         SWEEP_DELIVERIES_JOB, "A2A_WEBHOOK_SWEEP_INTERVAL_SECONDS"
     ),
     "purge old rows": Schedule(PURGE_OLD_ROWS_JOB, "A2A_RETENTION_INTERVAL_SECONDS"),
-    # Advances open rebinds: counts, completion, deadlines, scheduled starts (webhooks/rebind.py).
+    # Advances open rebinds: counts, completion, deadlines, scheduled starts
+    # (webhooks/rebinds/operations.py).
     "rebind monitor": Schedule(REBIND_MONITOR_JOB, "A2A_REBIND_MONITOR_INTERVAL_SECONDS"),
     "tasks outlive card check": Schedule(CARD_AGE_CHECK_JOB, "A2A_CARD_AGE_CHECK_INTERVAL_SECONDS"),
     # The management API's Idempotency-Key claims older than 24 h (a2a_platform/api/jobs.py;

@@ -1,5 +1,5 @@
 """Reads of the webhooks app: what is due, push configs' current bindings, deliveries for
-the operators' API. No writes here (webhooks/services.py, webhooks/delivery.py)."""
+the operators' API. No writes here (webhooks/services.py, webhooks/delivery/claim_record.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Min, Prefetch, Q, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.card_render import PUSH_CHANNEL_URI
@@ -17,6 +18,7 @@ from agents.models import Agent, SigningKey, SigningKeyState
 from tasks.errors import TaskNotFound
 from tasks.models import Task
 from tasks.states import TaskState
+from webhooks.errors import RebindInvalid
 from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
@@ -24,13 +26,13 @@ from webhooks.models import (
     ChannelMove,
     Delivery,
     DeliveryAttempt,
+    DeliveryKind,
     DeliveryState,
     Endpoint,
     MoveState,
     PushBinding,
     PushConfig,
     Rebind,
-    still_on_old_version,
 )
 
 
@@ -68,6 +70,30 @@ def current_binding(task: Task, config_id: str) -> PushBinding:
     if binding is None:
         raise TaskNotFound(task.pk)  # the spec has no "config not found" error (§3.1.8)
     return binding
+
+
+def agent_push_config(agent: Agent, task_id: object, config_id: str) -> PushConfig:
+    """One push config of one of the agent's tasks, as a one-config rebind names it: the one
+    lookup of the `rebind` command, the API and the console's wizard. Deleted or not (whether
+    it may be rebound is the rebind's pre-check). Raises RebindInvalid on `config`, in the same
+    words for all three, when the agent has no such config: a task id that is not a UUID,
+    another agent's task, an unknown config id."""
+    try:
+        task_pk = uuid.UUID(str(task_id))
+    except ValueError:
+        task_pk = None
+    config = None
+    if task_pk is not None and CONFIG_ID.fullmatch(config_id or ""):
+        config = (
+            PushConfig.objects.select_related("task")
+            .filter(task_id=task_pk, task__agent=agent, config_id=config_id)
+            .first()
+        )
+    if config is None:
+        raise RebindInvalid(
+            "config", f"agent {agent.slug!r} has no config {config_id!r} on task {task_id}"
+        )
+    return config
 
 
 def delivery_list(
@@ -111,13 +137,28 @@ def delivery_pks(event_ids: Iterable[uuid.UUID]) -> list[int]:
 # --- rebinds ---------------------------------------------------------------------------------
 
 
+def rebinds_with_on_old(rebinds: QuerySet[Rebind]) -> QuerySet[Rebind]:
+    """The rebinds, each annotated `on_old_now`: its moves on the old version counted now by
+    the one rule (`ChannelMoveQuerySet.on_old`), in the same query (the rebinds list: its stored
+    counts are refreshed by the monitor, so they may lag a delivered notice)."""
+    moves = (
+        ChannelMove.objects.filter(rebind=OuterRef("pk"))
+        .on_old()
+        .order_by()
+        .values("rebind")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return rebinds.annotate(on_old_now=Coalesce(Subquery(moves), 0))
+
+
 def rebind_counts(rebind: Rebind) -> dict[str, Any]:
     """A rebind's live counts: tasks on the old version by state, moves by outcome, and its
     notices by delivery state (what the monitor stores on the row and the console shows)."""
     moves = ChannelMove.objects.filter(rebind=rebind)
     by_state = dict(moves.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     on_old = dict(
-        moves.filter(still_on_old_version())
+        moves.on_old()
         .values_list("task__state")
         .annotate(n=Count("id"))
         .values_list("task__state", "n")
@@ -153,7 +194,8 @@ def rebind_stragglers(rebind: Rebind, limit: int = 100) -> list[dict[str, Any]]:
     """The tasks still on the old version (oldest move first): task, state, config, the old
     version, and where its notice stands."""
     rows = (
-        ChannelMove.objects.filter(still_on_old_version(), rebind=rebind)
+        ChannelMove.objects.filter(rebind=rebind)
+        .on_old()
         .select_related("task", "config", "old_binding", "notice")
         .order_by("id")[:limit]
     )
@@ -235,7 +277,7 @@ def live_and_published_keys(agent: Agent) -> list[SigningKey]:
 def binding_secrets_masked(binding: PushBinding) -> dict[str, Any]:
     """What an operator may see of a binding's credentials: whether a token is set, the
     authentication scheme and whether credentials are set. Never the secret, nor part of it:
-    nothing is decrypted here (docs/decisions.md, issue 17)."""
+    nothing is decrypted here (docs/decisions.md, "Secrets")."""
     out: dict[str, Any] = {"token": "set" if binding.token_encrypted else None}
     out["authentication"] = (
         {
@@ -332,7 +374,7 @@ def task_channel_history(task: Task) -> dict[str, Any]:
         for m in moves
     ]
     notice_of_move = {m.notice_id: i for i, m in enumerate(moves) if m.notice_id}
-    notices = Delivery.objects.filter(task=task, kind="notice").order_by("id")
+    notices = Delivery.objects.filter(task=task, kind=DeliveryKind.NOTICE).order_by("id")
     notice_rows = []
     for n in notices:
         if n.pk in notice_of_move:

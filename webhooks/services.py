@@ -2,7 +2,7 @@
 binding version, delete), the outbox hook, operator actions (pause and resume an endpoint,
 resolve an alert, replay deliveries; each audited), the sweeper's `delivery_sweep` and the
 workers' `worker_register` / `worker_heartbeat`. Reads are in webhooks/selectors.py; claims
-and records in webhooks/delivery.py.
+and records in webhooks/delivery/claim_record.py.
 
 Each write is one transaction; the operator actions are always the outermost one
 (`atomic(durable=True)`), `push_config_create` is not (SendMessage registers its inline
@@ -24,12 +24,11 @@ from django.utils import timezone
 from a2a_platform.lib.crypto import decrypt
 from a2a_platform.lib.on_commit import send_job
 from agents import readiness
-from agents.models import Agent
+from agents.models import Agent, OperatorAction
 from tasks.errors import InvalidPayload
 from tasks.job_names import SWEEP_DISPATCHES_JOB
-from tasks.models import Task, TaskEvent
+from tasks.models import EventKind, Task, TaskEvent
 from tasks.services import lock_task
-from webhooks import heads
 from webhooks.bindings import (
     CheckedConfig,
     binding_create,
@@ -38,9 +37,11 @@ from webhooks.bindings import (
     push_config_check,
     snapshot_delivery,
 )
-from webhooks.channel_moves import config_deleted, orphan_reregistered, release_late_held
+from webhooks.delivery import heads
+from webhooks.delivery.bell import ring, ring_on_commit
+from webhooks.delivery.maintenance import vacuum_queue_tables
+from webhooks.delivery.outbox_store import OutboxEvent, get_outbox_store
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
-from webhooks.maintenance import vacuum_queue_tables
 from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
@@ -48,15 +49,12 @@ from webhooks.models import (
     Delivery,
     DeliveryState,
     Endpoint,
-    OperatorAction,
     PushBinding,
     PushConfig,
-    notice_no_longer_awaited,
 )
-from webhooks.outbox_store import OutboxEvent, get_outbox_store
-from webhooks.rebind import client_rebind, client_rebind_applies
+from webhooks.rebinds.channel_moves import config_deleted, orphan_reregistered, release_late_held
+from webhooks.rebinds.operations import client_rebind, client_rebind_applies
 from webhooks.selectors import due_configs
-from webhooks.wake import wake, wake_on_commit
 
 
 def push_config_gate(
@@ -88,8 +86,8 @@ def push_config_create(
     One transaction with the task row locked: the binding, its endpoint row, and a snapshot
     delivery (a `task` StreamResponse of the task as it is now). Re-registering an existing
     config id is a rebind of that one task under the agent's declared policy
-    (webhooks/rebind.py, `client_rebind`): under drain, while the task is in flight, the new
-    version waits for a channel notice on the old one; otherwise the old version is retired
+    (webhooks/rebinds/operations.py, `client_rebind`): under drain, while the task is in flight,
+    the new version waits for a channel notice on the old one; otherwise the old version is retired
     at once (it takes no new deliveries, but what it already owes is still delivered
     through it). A dict is checked here first (`push_config_check`, which resolves DNS).
     Raises InvalidPayload (bad or unsafe URL, too many configs), TaskNotFound, and
@@ -124,7 +122,7 @@ def push_config_create(
                 )
         if push is not None and client_rebind_applies(task, push):
             binding = client_rebind(task=task, config=push, fields=fields, now=now)
-            wake_on_commit()
+            ring_on_commit()
             return binding
         if push is None:
             push = PushConfig.objects.create(task=task, config_id=config_id, current_version=1)
@@ -137,7 +135,7 @@ def push_config_create(
         binding = binding_create(config=push, activated_at=now, **fields)
         snapshot_delivery(config=push, binding=binding, task=task, now=now)
         heads.owe([push.pk], now)
-        wake_on_commit()
+        ring_on_commit()
     return binding
 
 
@@ -184,10 +182,11 @@ def push_config_delete(*, task: Task, config_id: str) -> None:
         heads.refresh([push.pk])
 
 
-def on_task_event(writes: list[tuple[Task, list[TaskEvent]]]) -> None:
-    """The outbox hook, inside the lifecycle transaction: one Delivery per current binding and
-    event, the events of the writes (one write, or a batch's: tasks.hooks.hooks_together) in
-    one outbox write.
+def deliveries_write_for_events(writes: list[tuple[Task, list[TaskEvent]]]) -> None:
+    """Write the deliveries a lifecycle write's task events owe: the outbox hook (registered
+    with tasks.hooks by webhooks/apps.py), run inside that write's transaction. One Delivery per
+    current binding and event, the events of the writes (one write, or a batch's:
+    tasks.hooks.hooks_together) in one outbox write.
 
     Status and artifact events are delivered; `message` history entries are not (the stream
     shape of spec §3.1.2 has no place for them).
@@ -196,15 +195,15 @@ def on_task_event(writes: list[tuple[Task, list[TaskEvent]]]) -> None:
         OutboxEvent(task.pk, event.seq, event.kind, body_bytes(event.payload))
         for task, events in writes
         for event in events
-        if event.kind in ("status", "artifact")
+        if event.kind in (EventKind.STATUS, EventKind.ARTIFACT)
     ]
     if owed and get_outbox_store().outbox_write(owed, timezone.now()):
-        wake_on_commit()
+        ring_on_commit()
 
 
 @transaction.atomic(durable=True)
 def endpoint_pause(*, endpoint_pk: int, actor: str, reason: str = "paused by an operator") -> None:
-    """A paused endpoint holds its deliveries (they are not tried, nor dead-lettered).
+    """A paused endpoint's deliveries wait (they are not tried, nor dead-lettered).
     Audited; the outermost transaction: never inside another."""
     Endpoint.objects.filter(pk=endpoint_pk, paused_at__isnull=True).update(
         paused_at=timezone.now(), paused_reason=reason[:300]
@@ -224,7 +223,7 @@ def endpoint_resume(*, endpoint_pk: int, actor: str) -> None:
         binding__endpoint_id=endpoint_pk, state__in=OPEN_DELIVERY_STATES
     ).values_list("config_id", flat=True)
     heads.refresh(heads.lock(waiting))  # parked configs are due again
-    wake_on_commit()
+    ring_on_commit()
 
 
 @transaction.atomic(durable=True)
@@ -240,15 +239,11 @@ def alert_resolve(*, alert_pk: int, actor: str) -> bool:
 
 
 def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
-    """Re-open dead-lettered or delivered deliveries (same event id) and audit it. The
-    outermost transaction: never inside another."""
+    """Re-open the replayable ones of these deliveries (`Delivery.objects.replayable()`: the
+    one rule) with the same event id, and audit it. The outermost transaction: never inside
+    another."""
     now = timezone.now()
-    replayable = Delivery.objects.filter(
-        pk__in=delivery_pks,
-        state__in=[DeliveryState.DEAD, DeliveryState.DELIVERED],
-        # A deleted config's client asked to stop: nothing of it is sent again.
-        config__deleted_at__isnull=True,
-    ).exclude(notice_no_longer_awaited())
+    replayable = Delivery.objects.filter(pk__in=delivery_pks).replayable()
     with transaction.atomic(durable=True):
         config_pks = heads.lock(replayable.values_list("config_id", flat=True))
         rows = list(
@@ -265,35 +260,36 @@ def delivery_replay(*, delivery_pks: list[int], actor: str) -> int:
             actor, "replay_deliveries", {"deliveries": [str(event_id) for _, event_id in rows]}
         )
         if rows:
-            wake_on_commit()
+            ring_on_commit()
     return len(rows)
 
 
 def delivery_sweep() -> int:
     """The outbox's safety net, run by the beat sweeper: vacuum the queue tables when they
-    need it (webhooks/maintenance.py), repair configs whose head time went missing
-    (webhooks/heads.py), release deliveries held for a binding a rebind activated meanwhile
-    (webhooks/channel_moves.py), and wake a pump when a head is due (lost wake-ups, dead workers,
-    retries whose hint was lost with its worker; no message when a pump is claiming anyway).
-    Returns how many configs were found due (at most one is looked for)."""
+    need it (webhooks/delivery/maintenance.py), repair configs whose head time went missing
+    (webhooks/delivery/heads.py), release deliveries held for a binding a rebind activated meanwhile
+    (webhooks/rebinds/channel_moves.py), and ring for a pump when a head is due (lost rings, dead
+    workers, retries whose hint was lost with its worker; no message when a pump is claiming
+    anyway). Returns how many configs were found due (at most one is looked for)."""
     vacuum_queue_tables()
     heads.repair()
     with transaction.atomic():
         release_late_held()
     due = len(due_configs(limit=1))
     if due:
-        wake()
+        ring()
     return due
 
 
 def worker_register(*, hostname: str, queues: list[str]) -> None:
     """Re-enqueue what is due for the queues this worker consumes, then record it for the
     readiness gate (a delivery worker counts only once its backlog was re-enqueued: retries a
-    dead worker held in memory are lost with it, the database still knows them)."""
+    dead worker kept in memory are lost with it, the database still knows them)."""
     reenqueued = True
     if "webhooks" in queues and due_configs(limit=1):
-        # A flag left by a pump that died with a previous worker must not hold this one back.
-        reenqueued = wake(force=True) and reenqueued
+        # A bell left watched by a pump that died with a previous worker must not keep this
+        # one back.
+        reenqueued = ring(force=True) and reenqueued
     if "agents" in queues or "heartbeat" in queues:
         reenqueued = send_job(SWEEP_DISPATCHES_JOB, []) and reenqueued
     readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)

@@ -32,8 +32,8 @@ from agents.models import (
 )
 from agents.services import agent_create, agent_update, api_key_create, api_key_revoke
 from agents.signing import public_jwk
-from webhooks import rebind as rebinds
-from webhooks.rebind_checks import RebindRequest
+from webhooks.rebinds import operations as rebinds
+from webhooks.rebinds.checks import RebindRequest
 
 # API name -> model field, for the fields an operator edits (agents.services.EDITABLE_FIELDS).
 FIELDS = {
@@ -180,7 +180,7 @@ class AgentList(ApiListView):
         body = AgentCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         fields = body.model_fields()
-        agent = agent_create(slug=body.validated_data["slug"], **fields)
+        agent = agent_create(slug=body.validated_data["slug"], actor=self.actor, **fields)
         return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
 
 
@@ -199,7 +199,7 @@ class AgentDetail(ApiView):
         body.is_valid(raise_exception=True)
         if "slug" in body.validated_data and body.validated_data["slug"] != agent.slug:
             raise invalid("slug", "an agent's slug cannot change (its URLs and clients)")
-        agent = agent_update(agent_pk=agent.pk, changes=body.model_fields())
+        agent = agent_update(agent_pk=agent.pk, changes=body.model_fields(), actor=self.actor)
         return Response(AgentSerializer(agent).data)
 
 
@@ -262,7 +262,7 @@ class ApiKeyList(ApiListView):
         agent = agent_or_404(slug)
         body = ApiKeyCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        new = api_key_create(agent=agent, **body.validated_data)
+        new = api_key_create(agent=agent, actor=self.actor, **body.validated_data)
         answer = {**ApiKeySerializer(new.key).data, "secret": new.token}
         return Response(answer, status=status.HTTP_201_CREATED)
 
@@ -276,7 +276,7 @@ class ApiKeyRevoke(ApiView):
         key = selectors.agent_api_keys(slug).filter(pk=key_id).first()
         if key is None:
             raise not_found(f"agent {slug!r} has no key {key_id}")
-        return Response(ApiKeySerializer(api_key_revoke(key_id=key.pk)).data)
+        return Response(ApiKeySerializer(api_key_revoke(key_id=key.pk, actor=self.actor)).data)
 
 
 # --- signing keys ---------------------------------------------------------------------------
@@ -323,8 +323,8 @@ class RotateSerializer(serializers.Serializer):
 
 
 class SigningKeyRotate(ApiView):
-    """Rotate the agent's signing key: a rebind with `rotateKey` (webhooks/rebind.py), which
-    publishes the new key before it signs and drains (or cuts over) the old one."""
+    """Rotate the agent's signing key: a rebind with `rotateKey` (webhooks/rebinds/operations.py),
+    which publishes the new key before it signs and drains (or cuts over) the old one."""
 
     perms = {"POST": "webhooks.run_rebind"}
     serializer_class = RebindSerializer

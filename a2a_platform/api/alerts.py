@@ -1,6 +1,6 @@
 """`/api/v1/alerts/` (list: open or resolved, agent, kind; resolve through
 webhooks.services.alert_resolve, audited) and `/api/v1/dashboard` (the admin dashboard's
-figures, computed by webhooks/dashboard.py, with the sections the caller's scoped
+figures, computed by webhooks/console/dashboard.py, with the sections the caller's scoped
 permissions show)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from a2a_platform.api.errors import not_found
 from a2a_platform.api.permissions import has_scoped_perm
 from a2a_platform.api.resources import StrictBooleanFilter
 from a2a_platform.api.views import ApiListView, ApiView
-from webhooks import dashboard
+from webhooks.console import dashboard
 from webhooks.models import Alert, AlertKind, Endpoint
 from webhooks.services import alert_resolve
 

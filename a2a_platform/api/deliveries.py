@@ -13,7 +13,7 @@ from a2a_platform.api.errors import not_found
 from a2a_platform.api.filters import UtcDateTimeFilter
 from a2a_platform.api.views import ApiListView, ApiView
 from webhooks import selectors
-from webhooks.delivery_actions import delivery_replay_explained, delivery_retry_now
+from webhooks.console.delivery_actions import delivery_replay_explained, delivery_retry_now
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
 
 

@@ -119,7 +119,7 @@ class EndpointDetail(EndpointView):
 
 
 class EndpointPause(EndpointView):
-    """Pause: its deliveries are held (not tried, not dead-lettered) until it is resumed.
+    """Pause: its deliveries wait (not tried, not dead-lettered) until it is resumed.
     Pausing a paused endpoint keeps its first pause (time and reason); both are audited."""
 
     @extend_schema(request=PauseSerializer, responses=EndpointSerializer, parameters=[ENDPOINT_ID])

@@ -23,7 +23,7 @@ from webhooks.errors import (
     RebindInvalid,
     RebindNotFound,
 )
-from webhooks.rebind_machine import IllegalRebindTransition
+from webhooks.rebinds.machine import IllegalRebindTransition
 
 
 def error_body(code: str, message: str, **extra: object) -> dict:

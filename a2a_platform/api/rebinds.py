@@ -1,7 +1,7 @@
 """`/api/v1/rebinds/` (docs/rebinds.md): preview, start (now or at a time; Idempotency-Key),
 list (filters: state, agent), read with live counts and the tasks still on the old version,
-and every transition. Thin: each view calls one service of webhooks/rebind.py, the same ones
-the admin console and the `rebind` command call.
+and every transition. Thin: each view calls one service of webhooks/rebinds/operations.py, the same
+ones the admin console and the `rebind` command call.
 
 Permissions are the admin's: `webhooks.view_rebind` to read, `webhooks.run_rebind` to start,
 preview or change one. Errors (a2a_platform/api/errors.py): 400 `invalid_request` (with the
@@ -19,11 +19,11 @@ from rest_framework.response import Response
 
 from a2a_platform.api.views import ApiListView, ApiView
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
-from webhooks import rebind as rebinds
 from webhooks.errors import RebindInvalid
-from webhooks.models import PushConfig, Rebind, RebindState
-from webhooks.rebind_checks import RebindPreview, RebindRequest, rebind_preview
-from webhooks.selectors import rebind_stragglers
+from webhooks.models import Rebind, RebindState
+from webhooks.rebinds import operations as rebinds
+from webhooks.rebinds.checks import RebindPreview, RebindRequest, rebind_preview
+from webhooks.selectors import agent_push_config, rebind_stragglers
 
 
 class RebindView(ApiView):
@@ -98,13 +98,9 @@ class StartSerializer(serializers.Serializer):
             raise RebindInvalid("agent", f"no agent {data['agent']!r}")
         move = data.get("movePrefix") or {}
         one = data.get("config")
-        config = None
-        if one is not None:
-            config = PushConfig.objects.filter(
-                task_id=one["taskId"], task__agent=agent, config_id=one["configId"]
-            ).first()
-            if config is None:
-                raise RebindInvalid("config", f"agent {agent.slug!r} has no such config")
+        config = (
+            agent_push_config(agent, one["taskId"], one["configId"]) if one is not None else None
+        )
         return RebindRequest(
             agent=agent,
             rotate_key=data["rotateKey"],
@@ -204,7 +200,14 @@ class MovesSerializer(serializers.Serializer):
 
 
 class AbortSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+    # Parsed only: an empty reason is the service's refusal (400 on `reason`, its words).
+    reason = serializers.CharField(
+        max_length=500,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="why: an abort without one is refused",
+    )
 
 
 class ExtendSerializer(serializers.Serializer):

@@ -1,4 +1,4 @@
-"""Token scopes as Django permissions: the operators' groups (webhooks/operator_groups.py)
+"""Token scopes as Django permissions: the operators' groups (webhooks/console/operator_groups.py)
 plus the management objects only this API and the admin change (agents, their keys, tokens).
 
 A token's effective permissions are its scope's set intersected with its user's: a scope
@@ -7,7 +7,7 @@ never lends a permission the user lacks."""
 from __future__ import annotations
 
 from a2a_platform.api.models import TokenScope
-from webhooks.operator_groups import GROUPS
+from webhooks.console.operator_groups import GROUPS
 
 _READ_EXTRA = ["platform_api.view_apitoken"]
 # Agents and their A2A keys are created and edited by operators in the admin; an `operate`

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from a2a_platform.api.models import ApiToken, IdempotencyKey, TokenScope
 from a2a_platform.lib.crypto import token_digest, token_matches, token_new, token_prefix
-from webhooks.models import OperatorAction
+from agents.models import OperatorAction
 
 TOKEN_LABEL = "a2apt"
 # Idempotency-Key claims are kept this long (then purged by the beat job).

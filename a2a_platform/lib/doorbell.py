@@ -1,27 +1,31 @@
 """A doorbell: many writes that each want the same draining job, one job published.
 
-`ring(name)` says whether the caller should publish job `name`: True when nobody holds the
-bell, which it then holds for the job it is about to publish (`JOB_TOKEN`). While a drain
-holds the bell (`hold(name, token)`: a running job that claims, or lingers for more), a ring
-publishes nothing and nudges that drain instead (`listen`), in the same round trip (a
-script). A drain releases the bell (`release`) before it stops claiming and then claims once
-more, so work committed before a ring that found the bell held is seen by that drain, and
-work committed after the release rings for a job again. A Celery job's publish and its
-consumption are so paid once per burst of work, not once per write (docs/decisions.md,
-"Throughput").
+The words (docs/ARCHITECTURE.md, "Words"): a write *rings* the bell when it made work due; a
+drain (a running job that claims, or lingers for more) *watches* the bell while it claims,
+its token in the bell; a ring that finds the bell watched is *heard* by that drain instead of
+publishing a job.
+
+`ring(name)` says whether the caller should publish job `name`: True when nobody watches the
+bell, which then names the job it is about to publish (`JOB_TOKEN`). While a drain watches
+the bell (`watch(name, token)`), a ring publishes nothing and reaches that drain instead
+(`listen`), in the same round trip (a script). A drain releases the bell (`release`) before
+it stops claiming and then claims once more, so work committed before a ring that found the
+bell watched is seen by that drain, and work committed after the release rings for a job
+again. A Celery job's publish and its consumption are so paid once per burst of work, not
+once per write (docs/decisions.md, "The doorbell").
 
 The bell lives in the broker's Redis (`broker_redis`) and expires after its TTL, so a job lost
 with its worker stops swallowing rings that soon; the work it would have drained is durable
 and the sweepers re-enqueue it, as they do a lost job of any kind. A publish the broker
 refused releases the bell at once (`release(name)`). On a broker that is not Redis (the
 embedded file-system broker), or when Redis refuses the command, every ring says publish and
-nothing is nudged: the behaviour without a bell.
+nobody hears one: the behaviour without a bell.
 
-Nudges travel on one Redis channel, whatever the bell: each names the holder it is for, and
-each process that listens keeps one subscriber thread, which hands a nudge to the callbacks
-registered in that process (each callback keeps those naming its own token). The delivery
-pump (webhooks/wake.py) and the quick executors' drain (tasks/executors/runner.py) ring,
-hold and are nudged this way.
+Rings heard travel on one Redis channel, whatever the bell: each names the token of the drain
+it is for, and each process that listens keeps one subscriber thread, which hands a ring to
+the callbacks registered in that process (each callback keeps those naming its own token).
+The delivery pumps (webhooks/delivery/bell.py) and the quick executors' drain
+(tasks/executors/runner.py) ring, watch and hear this way.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 RING_SECONDS = 2.0
-NUDGE_CHANNEL = "a2a:doorbell:nudge"
-JOB_TOKEN = "job"  # the bell's holder while a published job has not started yet
+# The channel rings heard travel on (its name predates the word "ring": kept as it is).
+RING_CHANNEL = "a2a:doorbell:nudge"
+JOB_TOKEN = "job"  # the token the bell names while a published job has not started yet
 
 _lock = threading.Lock()
 _clients: dict[tuple[int, str], redis.Redis] = {}
@@ -66,20 +71,20 @@ def key(name: str) -> str:
     return f"a2a:doorbell:{name}"
 
 
-# One round trip for a ring: hold the bell for a job if nobody holds it (then the caller
-# publishes that job), else nudge its holder.
+# One round trip for a ring: the bell names a job if nobody watches it (then the caller
+# publishes that job), else the ring goes to the drain watching it.
 _RING_SCRIPT = """
-local holder = redis.call('GET', KEYS[1])
-if holder then
-    if holder ~= ARGV[1] then
-        redis.call('PUBLISH', KEYS[2], holder)
+local watcher = redis.call('GET', KEYS[1])
+if watcher then
+    if watcher ~= ARGV[1] then
+        redis.call('PUBLISH', KEYS[2], watcher)
     end
     return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-# Only the holder releases the bell (another drain may hold it since).
+# Only the drain watching the bell releases it (another drain may watch it since).
 _RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.call('DEL', KEYS[1])
@@ -89,22 +94,22 @@ return 0
 
 
 def ring(name: str, *, ttl: float = RING_SECONDS) -> bool:
-    """True: publish the job (nobody held the bell; it is now held for that job). Else the
-    bell's holder was nudged, or a job is already on its way."""
+    """True: publish the job (nobody watched the bell; it now names that job). Else the
+    drain watching the bell hears the ring, or a job is already on its way."""
     client = broker_redis()
     if client is None:
         return True
     try:
         return bool(
-            client.eval(_RING_SCRIPT, 2, key(name), NUDGE_CHANNEL, JOB_TOKEN, int(ttl * 1000))
+            client.eval(_RING_SCRIPT, 2, key(name), RING_CHANNEL, JOB_TOKEN, int(ttl * 1000))
         )
     except redis.RedisError:
         logger.warning("doorbell unreachable; publishing the job", extra={"job": name})
         return True
 
 
-def hold(name: str, token: str, *, ttl: float = RING_SECONDS) -> None:
-    """A drain (`token`) is about to claim: rings from now on publish nothing and nudge it.
+def watch(name: str, token: str, *, ttl: float = RING_SECONDS) -> None:
+    """A drain (`token`) is about to claim: rings from now on publish nothing and reach it.
     Refresh it well within `ttl`."""
     client = broker_redis()
     if client is None:
@@ -115,7 +120,7 @@ def hold(name: str, token: str, *, ttl: float = RING_SECONDS) -> None:
         logger.warning("doorbell not held", extra={"job": name}, exc_info=True)
 
 
-def holds(name: str, token: str) -> bool:
+def watching(name: str, token: str) -> bool:
     """Whether the bell still names this drain (False without Redis or when unreadable)."""
     client = broker_redis()
     if client is None:
@@ -129,7 +134,7 @@ def holds(name: str, token: str) -> bool:
 
 def release(name: str, token: str = JOB_TOKEN) -> None:
     """The drain stops claiming: rings publish a job again. The caller claims once more
-    after this, for what was committed while it held the bell. With JOB_TOKEN: a publish
+    after this, for what was committed while it watched the bell. With JOB_TOKEN: a publish
     the broker refused gives the bell back (no job carries it)."""
     client = broker_redis()
     if client is None:
@@ -137,21 +142,22 @@ def release(name: str, token: str = JOB_TOKEN) -> None:
     try:
         client.eval(_RELEASE_SCRIPT, 1, key(name), token.encode())
     except redis.RedisError:
-        # Still held, it expires within its TTL: rings meanwhile publish nothing, and what
+        # Still watched, it expires within its TTL: rings meanwhile publish nothing, and what
         # they announce waits for the next ring after it or for the sweeper.
         logger.warning("doorbell not released", extra={"job": name}, exc_info=True)
 
 
-# --- nudges --------------------------------------------------------------------------------
+# --- rings heard ----------------------------------------------------------------------------
 
 _listeners: set[Callable[[bytes], None]] = set()
 _listener_pid: int | None = None
 
 
 def listen(callback: Callable[[bytes], None]) -> bool:
-    """Call `callback(holder)` (from the subscriber thread) whenever a nudge arrives, until
-    `unlisten(callback)`; `holder` is the token of the drain it is for. Starts this process's
-    subscriber on first use. False without Redis (no nudges: the caller polls or stops)."""
+    """Call `callback(token)` (from the subscriber thread) whenever a ring is heard, until
+    `unlisten(callback)`; `token` is the token of the drain it is for. Starts this process's
+    subscriber on first use. False without Redis (nothing is heard: the caller polls or
+    stops)."""
     global _listener_pid
     if broker_redis() is None:
         return False
@@ -159,7 +165,7 @@ def listen(callback: Callable[[bytes], None]) -> bool:
         _listeners.add(callback)
         if _listener_pid != os.getpid():
             _listener_pid = os.getpid()
-            threading.Thread(target=_subscribe, name="doorbell-nudges", daemon=True).start()
+            threading.Thread(target=_subscribe, name="doorbell-rings", daemon=True).start()
     return True
 
 
@@ -169,13 +175,13 @@ def unlisten(callback: Callable[[bytes], None]) -> None:
 
 
 def _subscribe() -> None:
-    """Forever: hold a subscription to the nudge channel; reconnect after a failure."""
+    """Forever: keep a subscription to the ring channel; reconnect after a failure."""
     url = settings.CELERY_BROKER_URL
     while True:
         try:
             client = redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=10)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(NUDGE_CHANNEL)
+            pubsub.subscribe(RING_CHANNEL)
             while True:
                 message = pubsub.get_message(timeout=5.0)
                 if message is not None:

@@ -4,7 +4,7 @@ A web or worker process imports Django, the apps, the protocol's generated class
 Celery: some 130,000 objects that live as long as the process. Python's full collection
 (its oldest generation) walks every one of them each time it runs, every few seconds under
 load: 40 to 300 ms of wall time on a shared core, on the thread that serves every request of
-the web process (docs/decisions.md, "Issue 19, eighteenth pass"). Frozen once the process
+the web process (docs/decisions.md, "Web and worker processes"). Frozen once the process
 has started, they are left out of every later collection; what is allocated afterwards is
 collected as before. The price: what was frozen is never freed, a reference cycle among it
 included, so only what start-up leaves alive, meant to live as long as the process, is

@@ -49,7 +49,7 @@ def _no_wakeup_preemption() -> None:
     """Linux's SCHED_BATCH for this ORM thread: woken, it does not preempt the running
     thread. The event loop's thread holds the GIL when it hands a call over; an ORM thread
     that preempted it could only wait for the GIL, two context switches per call on a busy
-    core (docs/decisions.md, "Issue 19, tenth pass"). Same priority otherwise; a no-op
+    core (docs/decisions.md, "Web and worker processes"). Same priority otherwise; a no-op
     where the policy does not exist."""
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
@@ -73,8 +73,8 @@ class Coalesced(Generic[K, T]):
     """One read for many callers: `await coalesced(key)` returns `read_many([...])`'s result
     for `key`, where the list holds every key asked for in the same turn of the event loop
     (at most `most`; more make several calls). One ORM call, one thread hop and one
-    statement serve them all, instead of one each (docs/decisions.md, "Issue 19, twelfth
-    pass").
+    statement serve them all, instead of one each (docs/decisions.md, "Coalesced reads and
+    writes").
 
     `read_many` takes the keys and returns one result per key, in order; a result that is
     an exception is raised to its caller alone. If `read_many` raises for a batch of several
@@ -91,7 +91,7 @@ class Coalesced(Generic[K, T]):
         self._waiting: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, list[tuple[K, asyncio.Future]]
         ] = weakref.WeakKeyDictionary()
-        self._running: set[asyncio.Task] = set()  # held: the loop keeps only weak references
+        self._running: set[asyncio.Task] = set()  # kept: the loop keeps only weak references
 
     async def __call__(self, key: K) -> T:
         loop = asyncio.get_running_loop()

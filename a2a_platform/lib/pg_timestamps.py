@@ -4,7 +4,7 @@ Django registers its own `timestamptz` loader on every PostgreSQL connection
 (`django/db/backends/postgresql/psycopg_any.py`, `BaseTzLoader`): it subclasses psycopg's
 pure-Python loader to put Django's time zone on each value, so every timestamp a query
 returns is parsed in Python even when psycopg's C implementation is installed: about 8 µs a
-value against 1 µs (docs/decisions.md, "Issue 19, seventeenth pass"). A claimed task row
+value against 1 µs (docs/decisions.md, "Prepared statements and rows"). A claimed task row
 alone carries five.
 
 When the connection's session time zone is Django's own (Django sets it so on connect:

@@ -1,7 +1,7 @@
 """Prepared raw SQL on Django's connection, for the few hot statements where the ORM's query
 building (and PostgreSQL planning an unprepared statement each time) costs more than the work.
 
-Used by tasks/task_store.py and webhooks/outbox_store.py on PostgreSQL only; both keep an ORM
+Used by tasks/task_store/ and webhooks/delivery/outbox_store/ on PostgreSQL only; both keep an ORM
 twin for the embedded SQLite database.
 """
 
@@ -52,7 +52,7 @@ def json_rows(model: type[models.Model], objs: Iterable[models.Model]):
     field would save (`pre_save` fills auto_now stamps, as `save()` would), serialised in one
     call. In place of a parameter per column, each value prepared by its field and dumped by
     psycopg's Python: 13 against 170 µs for a new task's four rows (docs/decisions.md,
-    "sixteenth pass").
+    "Prepared statements and rows").
 
     Only for fields whose saved value is the attribute's own value as JSON (`_JSON_SAVED`,
     checked once per model): timestamps and UUIDs are written as ISO 8601 and hex text, which
@@ -134,7 +134,7 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
         rows = json.loads(rows)
     attnames, _, parsers = _layout(model)
     # Once, not per row: each lookup through Django's connection proxy finds this thread's
-    # connection again (docs/decisions.md, "Issue 19, twelfth pass").
+    # connection again (docs/perf-log.md, "The reads of one turn made together").
     alias = connection.alias
     return [
         _loaded(
@@ -153,9 +153,9 @@ def from_json_rows(model: type[M], rows: object) -> list[M]:
 def _loaded(model: type[M], alias: str, attnames: list[str], values: list) -> M:
     """`model.from_db` for a row of every concrete field, without `Model.__init__`: the
     instance Django would load (its fields' values, `_state` of a row read from `alias`),
-    in a fifth of the time (1.1 against 5.8 µs for a task row; docs/decisions.md, "fifteenth
-    pass"). Once any `pre_init`/`post_init` receiver is connected (none is today), every row
-    goes through `from_db`, so receivers run as they would."""
+    in a fifth of the time (1.1 against 5.8 µs for a task row; docs/decisions.md, "Prepared
+    statements and rows"). Once any `pre_init`/`post_init` receiver is connected (none is
+    today), every row goes through `from_db`, so receivers run as they would."""
     if signals.pre_init.receivers or signals.post_init.receivers:
         return model.from_db(alias, attnames, values)
     instance = model.__new__(model)
@@ -170,8 +170,8 @@ def new_row(model: type[M], **values: Any) -> M:
     """`model(**values)` for a row about to be inserted, without `Model.__init__`'s generic
     walk: each field's value from `values` (by attname, or a foreign key by name: the related
     object, set through Django's own descriptor), else its default, as Django's constructor
-    sets them, in about half the time (docs/decisions.md, "Issue 19, seventeenth
-    pass"). Only for models whose every field is a plain column or a many-to-one key
+    sets them, in about half the time (docs/decisions.md, "Prepared statements and
+    rows"). Only for models whose every field is a plain column or a many-to-one key
     (`_new_row_fields`: TypeError otherwise); a name that is no field raises TypeError, as
     the constructor does. With any `pre_init`/`post_init` receiver connected, the
     constructor itself runs."""

@@ -3,8 +3,9 @@
 Each cache is per process: an entry is at most `ttl` seconds old, so a change committed by
 another process is seen here within that bound. The process that makes the change can drop
 its own entries at once (`discard`/`clear`, called on commit by the cache's owner: see
-`protocol/context.py` and `webhooks/delivery.py`). `clear_all` empties every cache of this
-process (test isolation, like Django's own cache clearing between tests).
+`protocol/context.py` and `webhooks/delivery/claim_record.py`). Every cache is registered in
+`_instances`, which the test suite empties between tests (tests/conftest.py), as Django clears
+its own caches.
 """
 
 from __future__ import annotations
@@ -50,9 +51,3 @@ class TTLCache(Generic[V]):
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
-
-
-def clear_all() -> None:
-    """Empty every TTL cache of this process."""
-    for cache in list(_instances):
-        cache.clear()

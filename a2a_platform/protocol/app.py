@@ -28,9 +28,6 @@ from a2a_platform.protocol.errors import (
 )
 from a2a_platform.protocol.routes import Route, resolve
 
-# The served-card cache, under the name tests clear it by (it lives in discovery.py).
-_cards = discovery._cards
-
 
 def route_for(scope) -> Route | None:
     """The protocol route of an HTTP request, or None (Django serves it)."""

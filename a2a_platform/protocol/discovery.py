@@ -20,7 +20,7 @@ from starlette.responses import Response
 from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.lib.orm import run_orm
 from a2a_platform.lib.ttl_cache import TTLCache
-from a2a_platform.protocol import common, operations, v03
+from a2a_platform.protocol import operations, push_gate, v03, writes
 from a2a_platform.protocol.binding import request_ctx, rest_error
 from a2a_platform.protocol.context import V1, Ctx
 from a2a_platform.protocol.errors import INTERNAL, ProtocolError
@@ -76,7 +76,7 @@ async def card(request: Request, route: Route) -> Response:
         ctx = await request_ctx(request, route.tenant, V1, public=True)
     except ProtocolError as exc:
         return rest_error(exc)
-    readiness = await common.readiness_now()
+    readiness = await push_gate.readiness_now()
     if not readiness.card_servable:
         # Never ready (or shutting down): a 503 is honest, a card would be a promise we
         # cannot keep (incidents/card-published-before-dispatcher.md).
@@ -103,7 +103,7 @@ async def card(request: Request, route: Route) -> Response:
                 logger.error("agent card not served", extra={"agent": ctx.agent.slug}, exc_info=exc)
                 return rest_error(ProtocolError(INTERNAL, "this agent's card is misconfigured"))
         _cards.put(("served", ctx.agent.pk), (chosen, cached))
-    common.card_version_served(ctx.agent.pk, cached.version)
+    writes.card_version_served(ctx.agent.pk, cached.version)
     if_none_match = _header(request, b"if-none-match")
     # Each response its own copy of the lines: one that adds a header changes no other.
     if if_none_match and cached.etag in [t.strip() for t in if_none_match.split(",")]:

@@ -2,15 +2,20 @@
 
 Codes and HTTP statuses follow the spec's v1.0.1 mapping (digest §8); every error carries a
 `google.rpc.ErrorInfo` with a `reason` clients can key on. Domain errors raised by services
-are mapped here and nowhere else.
+are mapped here and nowhere else (`from_domain`; `orm` and `domain_errors` await a call with
+them mapped).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from a2a_platform.lib.orm import run_orm
 from a2a_platform.lib.reconnect import database_unreachable
+
+T = TypeVar("T")
 
 DOMAIN = "a2a-protocol.org"
 PLATFORM_DOMAIN = "a2a-platform"
@@ -192,3 +197,19 @@ def from_domain(exc: Exception) -> ProtocolError | None:
             UNAVAILABLE, str(exc), reason="PUSH_DELIVERY_UNAVAILABLE", retry_after=exc.retry_after
         )
     return None
+
+
+async def orm(fn):
+    """Run a short ORM call; map domain errors to protocol errors."""
+    return await domain_errors(run_orm(fn))
+
+
+async def domain_errors(awaitable: Awaitable[T]) -> T:
+    """Await it; map domain errors to protocol errors."""
+    try:
+        return await awaitable
+    except Exception as exc:
+        mapped = from_domain(exc)
+        if mapped is None:
+            raise
+        raise mapped from None

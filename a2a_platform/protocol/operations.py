@@ -22,20 +22,6 @@ from a2a.types import a2a_pb2
 from django.conf import settings
 
 from a2a_platform.lib.orm import Coalesced, run_orm
-from a2a_platform.protocol.common import (
-    Accepted,
-    Params,
-    accept_message,
-    card_url,
-    checked_push_config,
-    orm,
-    parse_history_length,
-    parse_request,
-    readiness_now,
-    require_push,
-    snapshot,
-    visible_task,
-)
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
 from a2a_platform.protocol.errors import (
     TASK_NOT_FOUND,
@@ -44,7 +30,12 @@ from a2a_platform.protocol.errors import (
     ProtocolError,
     from_domain,
     invalid_params,
+    orm,
 )
+from a2a_platform.protocol.params import Params, parse_history_length, parse_request
+from a2a_platform.protocol.push_gate import checked_push_config, readiness_now, require_push
+from a2a_platform.protocol.visibility import snapshot, visible_task
+from a2a_platform.protocol.writes import Accepted, accept_message, card_url
 from agents.card_render import agent_base_url, jwks_url, render_card
 from agents.models import AnonymousListing
 from agents.readiness import capabilities as agent_capabilities
@@ -128,7 +119,7 @@ async def wait_until_settled(
     gives the answer, read with it: (True, answer), (False, None), None
     when the task is gone. Returns the answer; None when the wait ended unsettled or the
     task is gone. `woken`: a subscription made before the task was written
-    (common.accept_message): until it fires the task is as written, so the first read waits
+    (writes.accept_message): until it fires the task is as written, so the first read waits
     for it.
     """
     deadline = time.monotonic() + max_wait

@@ -6,7 +6,7 @@ An open stream is two asyncio tasks (one pumping events, one watching for the cl
 never a database connection. Every event carries `id: <task seq>` so a client can resume with
 `Last-Event-ID`; comment lines keep idle connections (and the proxies between) alive; on
 shutdown each stream gets a `retry:` hint and is ended, so clients reconnect elsewhere and
-resume (docs/decisions.md, "Streaming").
+resume (docs/decisions.md, "Streaming (SSE) and the event hub").
 """
 
 from __future__ import annotations
@@ -95,10 +95,6 @@ class _Registry:
 _registry = _Registry()
 
 
-def open_streams() -> int:
-    return len(_registry.slots)
-
-
 def admit() -> Slot:
     """A slot for one more stream, or a retryable refusal (503 + Retry-After): past
     A2A_MAX_STREAMS, or once this process is shutting down."""
@@ -135,11 +131,6 @@ def begin_shutdown() -> int:
     if slots:
         logger.info("closing open streams for shutdown", extra={"streams": len(slots)})
     return len(slots)
-
-
-def reset_for_tests() -> None:
-    global _registry
-    _registry = _Registry()
 
 
 def install_signal_hooks() -> None:

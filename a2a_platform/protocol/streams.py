@@ -2,17 +2,18 @@
 SSE through binding.open_stream and sse.py).
 
 Opening a stream is ordinary operation work in short ORM calls — parse, authorize, write
-(SendStreamingMessage goes through the same `common.accept_message` as SendMessage),
+(SendStreamingMessage goes through the same `writes.accept_message` as SendMessage),
 snapshot — and any error there is an ordinary error response. The stream itself follows the
 task's TaskEvent rows after a `(task_id, seq)` cursor: arm a wake-up on the per-process event
 hub, read the rows after the cursor, and only then wait, so nothing committed in between is
 missed (whichever instance or worker committed it). While it waits a stream holds no database
 connection and no thread. Concurrent readers of one task share one query per wake-up.
 
-End of stream (spec §3.1.2, §3.1.6, §11.7; docs/decisions.md "Streaming"): right after the
-event that makes the task terminal or interrupted. A subscription opened on an interrupted
-task therefore stays open until the task's next terminal or interrupted event. `message`
-events are history entries and never streamed (the stream shape has no place for them).
+End of stream (spec §3.1.2, §3.1.6, §11.7; docs/decisions.md "Streaming (SSE) and the event
+hub"): right after the event that makes the task terminal or interrupted. A subscription
+opened on an interrupted task therefore stays open until the task's next terminal or
+interrupted event. `message` events are history entries and never streamed (the stream shape
+has no place for them).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from a2a.types import a2a_pb2
 from django.conf import settings
 
 from a2a_platform.lib.orm import run_orm
-from a2a_platform.protocol.common import accept_message, orm, parse_request, snapshot, visible_task
 from a2a_platform.protocol.context import Ctx
 from a2a_platform.protocol.errors import (
     INTERNAL,
@@ -37,14 +37,16 @@ from a2a_platform.protocol.errors import (
     UNSUPPORTED_OPERATION,
     ProtocolError,
     invalid_params,
+    orm,
 )
+from a2a_platform.protocol.params import Params, parse_request
 from a2a_platform.protocol.sse import KEEPALIVE
+from a2a_platform.protocol.visibility import snapshot, visible_task
+from a2a_platform.protocol.writes import accept_message
 from tasks.event_hub import EventHub, get_hub
 from tasks.models import EventKind, Task
 from tasks.selectors import consistent_reads, task_answered_with_message, task_event_rows
-from tasks.states import SETTLED_STATES, TERMINAL_STATES
-
-Params = dict[str, Any]
+from tasks.states import SETTLED_STATES, TERMINAL_STATES, TERMINAL_VALUES
 
 # Rows read per query; a stream that finds a full page reads again before waiting.
 PAGE = 500
@@ -139,7 +141,7 @@ async def _events_after(follower: _Follower, after: int) -> list[tuple]:
 
 
 _SETTLED = frozenset(s.value for s in SETTLED_STATES)
-_TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+_TERMINAL = frozenset(TERMINAL_VALUES)
 
 
 def _state(response: dict) -> str | None:
@@ -168,7 +170,7 @@ async def _follow(
 ) -> AsyncIterator[Any]:
     """Yield `lead`, then the task's streamable events after `cursor` until one ends the stream.
 
-    `deferred`: SendStreamingMessage's Task snapshot, held back until the agent's first move
+    `deferred`: SendStreamingMessage's Task snapshot, kept back until the agent's first move
     after the write — if that move is a direct Message reply, the stream is that one Message
     (spec §3.1.2: one `message`, or a `task` then updates). `end_seq`: the task was terminal
     when the stream opened; nothing comes after that seq.

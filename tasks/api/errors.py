@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from tasks.errors import (
-    DispatchNotHeld,
+    DispatchLeaseLost,
     InvalidPayload,
     NotExternalExecutor,
     TaskNotFound,
@@ -39,7 +39,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         )
     if isinstance(exc, NotExternalExecutor):
         return Response(_body("not_external", str(exc)), status=status.HTTP_409_CONFLICT)
-    if isinstance(exc, DispatchNotHeld):
+    if isinstance(exc, DispatchLeaseLost):
         return Response(_body("lease_lost", str(exc)), status=status.HTTP_409_CONFLICT)
     if isinstance(exc, InvalidPayload):
         return Response(

@@ -20,7 +20,7 @@ from tasks.api.serializers import (
     check_storable,
 )
 from tasks.dispatch import dispatch_claim_next, dispatch_finish, dispatch_renew
-from tasks.errors import DispatchNotHeld, InvalidPayload, TaskNotFound
+from tasks.errors import DispatchLeaseLost, InvalidPayload, TaskNotFound
 from tasks.models import Task
 from tasks.states import TaskState
 
@@ -77,7 +77,7 @@ class ClaimView(WorkerView):
 class DispatchRenewView(WorkerView):
     def post(self, request, dispatch_id: int):
         if not dispatch_renew(dispatch_ids=[dispatch_id], worker=request.user.claimant):
-            raise DispatchNotHeld(dispatch_id)
+            raise DispatchLeaseLost(dispatch_id)
         return Response({"dispatchId": dispatch_id, "renewed": True})
 
 
@@ -89,7 +89,7 @@ class DispatchFinishView(WorkerView):
             worker=request.user.claimant,
             run_again_after=data.get("runAgainAfter"),
         ):
-            raise DispatchNotHeld(dispatch_id)
+            raise DispatchLeaseLost(dispatch_id)
         return Response({"dispatchId": dispatch_id, "finished": True})
 
 

@@ -39,19 +39,19 @@ class ExecutorContext:
     # without locking the task when the task has not moved since (services.task_answer).
     claimed_task: Task | None = None
     # Run in a batch's transaction (runner._run_together): the run's first answer, from the
-    # claim's row, is held for the runner to write with the batch's others (one statement,
+    # claim's row, is buffered for the runner to write with the batch's others (one statement,
     # services.task_answers); any other verb or read writes it first. An error rolls the
     # batch back, and the runner runs each claim again alone.
     batched: bool = False
-    held_answer: services.Answer | None = None
+    buffered_answer: services.Answer | None = None
 
     # --- reads ---------------------------------------------------------------------------
     def task(self) -> Task:
-        self.write_held_answer()
+        self.write_buffered_answer()
         return Task.objects.select_related("agent").get(pk=self.task_id)
 
     def user_messages(self) -> list[Message]:
-        self.write_held_answer()
+        self.write_buffered_answer()
         return list(
             Message.objects.filter(task_id=self.task_id, role=MessageRole.USER).order_by("id")
         )
@@ -60,7 +60,7 @@ class ExecutorContext:
         """(chunks committed, last chunk seen) of one of the task's artifacts; (0, False) when
         it has none of that id. A re-run after a crash resumes from here (a resume, not a
         replay: what an earlier run committed is not sent again)."""
-        self.write_held_answer()
+        self.write_buffered_answer()
         row = (
             Artifact.objects.filter(task_id=self.task_id, artifact_id=artifact_id)
             .values_list("chunks", "complete")
@@ -82,7 +82,7 @@ class ExecutorContext:
 
     # --- verbs (each one lifecycle service call) -------------------------------------------
     def working(self, text: str | None = None) -> None:
-        self.write_held_answer()
+        self.write_buffered_answer()
         services.task_transition(task_id=self.task_id, to_state=TaskState.WORKING, message=text)
 
     def artifact(
@@ -95,7 +95,7 @@ class ExecutorContext:
         last_chunk: bool = False,
     ) -> str:
         artifact_id = artifact_id or str(uuid.uuid4())
-        self.write_held_answer()
+        self.write_buffered_answer()
         data: dict[str, Any] = {"artifactId": artifact_id, "parts": parts}
         if name:
             data["name"] = name
@@ -105,7 +105,7 @@ class ExecutorContext:
         return artifact_id
 
     def finish(self, state: TaskState, text: str | None = None) -> None:
-        self.write_held_answer()
+        self.write_buffered_answer()
         services.task_transition(task_id=self.task_id, to_state=state, message=text)
         self.finished = state in TERMINAL_STATES
 
@@ -124,12 +124,12 @@ class ExecutorContext:
         data: dict[str, Any] = {"artifactId": artifact_id, "parts": parts}
         if name:
             data["name"] = name
-        self.write_held_answer()
+        self.write_buffered_answer()
         seen, self.claimed_task = self.claimed_task, None
         if self.batched and seen is not None:
-            # Written with the batch's other answers (write_held_answers), or before this
+            # Written with the batch's other answers (write_buffered_answers), or before this
             # run's next verb or read.
-            self.held_answer = services.Answer(self.task_id, data, state, text, seen)
+            self.buffered_answer = services.Answer(self.task_id, data, state, text, seen)
         else:
             services.task_answer(
                 task_id=self.task_id,
@@ -141,26 +141,26 @@ class ExecutorContext:
             )
         self.finished = state in TERMINAL_STATES
 
-    def write_held_answer(self) -> None:
-        """Write the answer this batched run holds, if any, on its own."""
-        write_held_answers([self])
+    def write_buffered_answer(self) -> None:
+        """Write the answer this batched run buffered, if any, on its own."""
+        write_buffered_answers([self])
 
     def reply(self, text: str) -> None:
-        self.write_held_answer()
+        self.write_buffered_answer()
         services.task_reply_with_message(task_id=self.task_id, message=text)
         self.finished = True  # answered with a message: COMPLETED
 
 
-def write_held_answers(contexts: list[ExecutorContext]) -> None:
-    """Write the answers these batched runs hold, together (services.task_answers: one
+def write_buffered_answers(contexts: list[ExecutorContext]) -> None:
+    """Write the answers these batched runs buffered, together (services.task_answers: one
     statement), inside the batch's transaction."""
-    held = []
+    buffered = []
     for ctx in contexts:
-        if ctx.held_answer is not None:
-            held.append(ctx.held_answer)
-            ctx.held_answer = None
-    if held:
-        services.task_answers(held)
+        if ctx.buffered_answer is not None:
+            buffered.append(ctx.buffered_answer)
+            ctx.buffered_answer = None
+    if buffered:
+        services.task_answers(buffered)
 
 
 Executor = Callable[[ExecutorContext], RunAgain | None]

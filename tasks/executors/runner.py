@@ -34,7 +34,7 @@ from tasks.dispatch import (
 )
 from tasks.errors import TaskTerminal
 from tasks.executors import get_executor, leases
-from tasks.executors.base import ExecutorContext, RunAgain, write_held_answers
+from tasks.executors.base import ExecutorContext, RunAgain, write_buffered_answers
 from tasks.hooks import hooks_together
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB
 from tasks.state_machine import IllegalTransition
@@ -76,14 +76,14 @@ def run_due(
 ) -> int:
     """Run the quick executors' due dispatches one after another; returns how many.
 
-    A drain holds the doorbell while it claims (a2a_platform/lib/doorbell.py): a quick
-    dispatch committed meanwhile nudges it instead of publishing a job. Each claim takes up
+    A drain watches the doorbell while it claims (a2a_platform/lib/doorbell.py): a quick
+    dispatch committed meanwhile rings for it instead of publishing a job. Each claim takes up
     to CLAIM_BATCH due dispatches, and a batch of more than one runs in one transaction
-    (`_run_together`). Out of work, the drain waits up to `linger` seconds for a nudge and
+    (`_run_together`). Out of work, the drain waits up to `linger` seconds for a ring and
     claims again on one, so a steady stream of sends is run by one job, not a job per burst.
     After `seconds` (default: A2A_DISPATCH_DRAIN_SECONDS), or `limit` dispatches, or a
-    linger with no nudge, it releases the bell and claims once more, for what was committed
-    while it held it; when it stopped with work left (a full batch), it rings for a fresh
+    linger with no ring, it releases the bell and claims once more, for what was committed
+    while it watched it; when it stopped with work left (a full batch), it rings for a fresh
     drain instead.
 
     A full batch means a backlog: it asks for a helper (`helper=True`,
@@ -103,7 +103,7 @@ def run_due(
         finally:
             drain.stop()
         if not more:
-            # Rings while the bell was held published no job and count on this claim.
+            # Rings while the drain watched the bell published no job and count on this claim.
             more = (last := _claim_and_run(worker, CLAIM_BATCH)) == CLAIM_BATCH
             ran += last
     if more:
@@ -112,58 +112,58 @@ def run_due(
 
 
 class _Drain:
-    """The bell a drain holds (with its own token, refreshed within the bell's TTL) and the
-    nudges it waits for."""
+    """The bell a drain watches (with its own token, refreshed within the bell's TTL) and the
+    rings it waits for."""
 
     def __init__(self, linger: float) -> None:
         self.token = uuid.uuid4().hex
-        self.nudged = threading.Event()
-        self.held_at: float | None = None
-        self.linger = linger if linger > 0 and doorbell.listen(self.nudge) else 0.0
+        self.rung = threading.Event()
+        self.watched_at: float | None = None
+        self.linger = linger if linger > 0 and doorbell.listen(self.hear) else 0.0
 
-    def nudge(self, holder: bytes) -> None:
-        if holder == self.token.encode():
-            self.nudged.set()
+    def hear(self, token: bytes) -> None:
+        if token == self.token.encode():
+            self.rung.set()
 
-    def hold(self) -> None:
-        """Before each claim: the bell names this drain. The nudge is cleared, so a nudge for
+    def watch(self) -> None:
+        """Before each claim: the bell names this drain. `rung` is cleared, so a ring for
         writes this claim misses makes the drain claim again."""
         self._refresh()
-        self.nudged.clear()
+        self.rung.clear()
 
     def wait(self, deadline: float) -> bool:
-        """Out of work: True when a nudge came within the linger (and before `deadline`). A
-        linger longer than the bell's TTL keeps the bell held meanwhile."""
+        """Out of work: True when a ring came within the linger (and before `deadline`). A
+        linger longer than the bell's TTL keeps watching the bell meanwhile."""
         end = min(time.monotonic() + self.linger, deadline)
         while (left := end - time.monotonic()) > 0:
-            if self.nudged.wait(min(left, doorbell.RING_SECONDS / 3)):
+            if self.rung.wait(min(left, doorbell.RING_SECONDS / 3)):
                 return True
             self._refresh()
         return False
 
     def _refresh(self) -> None:
-        """Hold the bell, refreshed at a third of its TTL (not on every claim: a Redis round
-        trip each); a drain that died stops holding it within the TTL."""
+        """Watch the bell, refreshed at a third of its TTL (not on every claim: a Redis round
+        trip each); a drain that died stops watching it within the TTL."""
         now = time.monotonic()
-        if self.held_at is None or now - self.held_at >= doorbell.RING_SECONDS / 3:
-            doorbell.hold(RUN_DUE_DISPATCHES_JOB, self.token)
-            self.held_at = now
+        if self.watched_at is None or now - self.watched_at >= doorbell.RING_SECONDS / 3:
+            doorbell.watch(RUN_DUE_DISPATCHES_JOB, self.token)
+            self.watched_at = now
 
     def stop(self) -> None:
-        doorbell.unlisten(self.nudge)
+        doorbell.unlisten(self.hear)
         doorbell.release(RUN_DUE_DISPATCHES_JOB, self.token)
 
 
 def _drain(
     worker: str, limit: int | None, deadline: float, drain: _Drain | None = None
 ) -> tuple[int, bool]:
-    """Claim and run batches until out of work (and, holding the bell, no nudge within the
+    """Claim and run batches until out of work (and, watching the bell, no ring within the
     linger), `deadline` or `limit`; returns how many ran and whether the last batch was full
     (work is likely left)."""
     ran = 0
     while True:
         if drain is not None:
-            drain.hold()
+            drain.watch()
         batch = CLAIM_BATCH if limit is None else min(CLAIM_BATCH, limit - ran)
         ran += (count := _claim_and_run(worker, batch))
         full = count == batch
@@ -190,12 +190,12 @@ def _claim_and_run(worker: str, batch: int) -> int:
 
 
 def _run_together(claims: list[DispatchClaim], worker: str) -> None:
-    """Run a batch of quick claims in one transaction: each run's answer is held and the
+    """Run a batch of quick claims in one transaction: each run's answer is buffered and the
     batch's answers are written together at its end (one statement: services.task_answers),
     and commit together (one BEGIN, one COMMIT and one WAL flush for the batch, not one per
     task; one outbox statement for all their events, tasks.hooks.hooks_together), then each
     is settled as `_run_claimed` settles it. The batch runs in task id order, so its task rows
-    are locked in the order a rebind locks them (webhooks/rebind.py).
+    are locked in the order a rebind locks them (webhooks/rebinds/operations.py).
 
     If any run raises (a task canceled meanwhile, a deadlock, the database gone), the
     transaction is rolled back, nothing of the batch is written, and each claim is run
@@ -204,9 +204,9 @@ def _run_together(claims: list[DispatchClaim], worker: str) -> None:
     ordered = sorted(claims, key=lambda claim: claim.task_id)  # a UUID's text sorts as it does
     runs: list[tuple[DispatchClaim, ExecutorContext, RunAgain | None]] = []
     try:
-        with contextlib.ExitStack() as held:
+        with contextlib.ExitStack() as renewing:
             for claim in ordered:
-                held.enter_context(leases.keeper().held(claim.dispatch_id, worker))
+                renewing.enter_context(leases.keeper().renewing(claim.dispatch_id, worker))
             # The batch's event hooks (its outbox rows) run once, for all of it, before the
             # commit: one outbox statement instead of one per answer.
             with transaction.atomic(), hooks_together():
@@ -216,8 +216,8 @@ def _run_together(claims: list[DispatchClaim], worker: str) -> None:
                         raise LookupError(f"no built-in executor {claim.executor!r}")
                     ctx = _context(claim, batched=True)
                     runs.append((claim, ctx, executor(ctx)))
-                # The answers the runs held, written together (one statement).
-                write_held_answers([ctx for _, ctx, _ in runs])
+                # The answers the runs buffered, written together (one statement).
+                write_buffered_answers([ctx for _, ctx, _ in runs])
     except Exception:
         logger.info(
             "a batch of quick runs rolled back; running each on its own",
@@ -260,7 +260,7 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
             logger.error("agent has no built-in executor", extra=extra)
             release()
             return "skipped"
-        with leases.keeper().held(dispatch_id, worker):
+        with leases.keeper().renewing(dispatch_id, worker):
             outcome = executor(ctx)
     except Exception as exc:
         if database_unreachable(exc):

@@ -7,7 +7,7 @@ from django.db import migrations, models
 # (a new state and timestamp is never a HOT update). Single-column indexes that a composite or
 # unique index already leads with, and the LIKE (varchar_pattern_ops) twins no query uses,
 # are dropped; the context_id and state indexes are kept, renamed, not rebuilt (no lock while
-# a large table is indexed again). docs/decisions.md, "Issue 19, fifth pass".
+# a large table is indexed again). docs/decisions.md, "The task store".
 
 # table -> the single columns whose own index goes (a composite or unique index leads with it)
 DROPPED = {

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.sse import streams_reset
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "e2e"
 
 
@@ -61,6 +63,4 @@ def asgi_server(transactional_db) -> Iterator[SimpleNamespace]:
         thread.join(timeout=30)
         # Its lifespan's shutdown marked this process's stream registry as shutting down (as
         # a real server's last act): the in-process protocol tests that follow start anew.
-        from a2a_platform.protocol import sse
-
-        sse.reset_for_tests()
+        streams_reset()

@@ -20,7 +20,7 @@ from agents.services import api_key_create, api_key_revoke
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 
 CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "e2e-admin-password"
@@ -50,7 +50,7 @@ def admin_data(transactional_db) -> AdminData:
     other = AgentFactory(slug="other-bot", executor="external")
 
     def new_task(a):
-        return services.task_create(agent=a, owner="anonymous", message=user_message("hi"))
+        return task_create(agent=a, owner="anonymous", message=user_message("hi"))
 
     done = new_task(agent)
     services.task_transition(task_id=done.id, to_state=TaskState.WORKING, message="working")
@@ -66,7 +66,7 @@ def admin_data(transactional_db) -> AdminData:
 
     client = api_key_create(agent=agent, name="storefront client")
     worker = api_key_create(agent=agent, name="fulfilment worker", kind="worker")
-    api_key_revoke(key_id=worker.key.pk)
+    api_key_revoke(key_id=worker.key.pk, actor="test")
     keys = (client, worker)
     return AdminData(
         agent_pk=agent.pk,

@@ -18,12 +18,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Agent
-from tasks import services
 from tests.e2e.test_admin import log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import Deliveries, orm
 from tests.e2e.test_admin_deliveries import deliveries as deliveries  # noqa: F401 (fixture)
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.readiness_helpers import mark_workers_live
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
@@ -72,7 +71,7 @@ def store(deliveries) -> Deliveries:  # noqa: F811 (pytest passes the imported f
 
 
 def figures(slug: str) -> dict:
-    """What the store says of one agent, read independently of webhooks/dashboard.py."""
+    """What the store says of one agent, read independently of webhooks/console/dashboard.py."""
     rows = DeliveryRow.objects.filter(task__agent__slug=slug)
     open_rows = rows.filter(state__in=OPEN_DELIVERY_STATES)
     oldest = open_rows.order_by("created_at").values_list("created_at", flat=True).first()
@@ -158,7 +157,7 @@ def test_dashboard_shows_the_store_and_refreshes_itself(store, page, tmp_path: P
     page.evaluate("window.__sameDocument = true")
 
     def write() -> None:
-        task = services.task_create(
+        task = task_create(
             agent=Agent.objects.get(slug="other-bot"), owner="anonymous", message=user_message()
         )
         push_config_create(task=task, config={"id": "late", "url": "https://late.example.org/"})
@@ -176,6 +175,7 @@ def test_dashboard_shows_the_store_and_refreshes_itself(store, page, tmp_path: P
     assert rebind.locator("progress").get_attribute("value") == "100"
     assert rebind.locator(".c-on-old").inner_text() == "0"
     assert page.evaluate("window.__sameDocument") is True
+    # Not exact: the page polls on a timer, and the change above may take one poll or more.
     assert int(page.locator("#dashboard").get_attribute("data-polls")) >= 1
     assert page.locator("#dash-poll-status").inner_text() == ""
     assert shown(page, "shop-bot")["dead"] == "1"

@@ -3,7 +3,7 @@ Playwright, as test_admin.py), the way an operator used to Svix's or Stripe's da
 would try it (issue 16).
 
 The deliveries are real sends: the services register push configs, the real claim sends
-through webhooks/transport.py to receivers in this process (an HTTP server answering 200 or
+through webhooks/delivery/transport.py to receivers in this process (an HTTP server answering 200 or
 500, a closed port) and the real record writes the attempts. One endpoint is paused before
 its delivery is tried. Then, in the browser: the list newest first with exact times, the
 failure in words and the URL in view; a delivery's page with its attempts and the payload
@@ -25,18 +25,18 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 
+from agents.models import OperatorAction
 from agents.signing import live_private_keys
-from tasks import services
+from tests.deliveries import delivery_claim_head, delivery_record
 from tests.e2e.test_admin import PASSWORD, log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 from tests.integration.webhooks.test_transport import Receiver
-from webhooks.delivery import delivery_claim_head, delivery_record
-from webhooks.endpoint_probe import TEST_EVENT_URI
-from webhooks.models import Delivery, DeliveryState, OperatorAction
+from webhooks.console.endpoint_probe import TEST_EVENT_URI
+from webhooks.delivery.transport import post
+from webhooks.models import Delivery, DeliveryState
 from webhooks.services import endpoint_pause, push_config_create
-from webhooks.transport import post
 
 DELIVERIES = "/admin/webhooks/delivery/"
 ENDPOINTS = "/admin/webhooks/endpoint/"
@@ -78,7 +78,7 @@ def scene(transactional_db, settings, receiver) -> Scene:
     agent = AgentFactory(slug="shop-bot", executor="external")
 
     def registered(config_id: str, url: str) -> int:
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+        task = task_create(agent=agent, owner="anonymous", message=user_message("hi"))
         config = {"id": config_id, "url": url, "token": "tok-never-shown"}
         return push_config_create(task=task, config=config).config.pk
 
@@ -159,7 +159,7 @@ def test_triage_the_deliveries_list_and_a_delivery_page(scene, page, artifacts):
     assert cell(page, scene.refused, "attempt_of") == "1 of 3"
     assert cell(page, scene.paused, "attempt_of") == "0 of 3"
     assert cell(page, scene.paused, "state_shown").startswith("paused")
-    assert cell(page, scene.paused, "next_try") == "held (endpoint paused)"
+    assert cell(page, scene.paused, "next_try") == "waiting (endpoint paused)"
     assert cell(page, scene.refused, "state_shown").split() == ["pending", "snapshot"]
     receiver_cell = cell(page, scene.delivered, "receiver")
     assert receiver_cell.startswith(f"{scene.receiver_origin}/ok?…")
@@ -317,7 +317,10 @@ def test_triage_viewer_cannot_retry_or_test_send(scene, page, artifacts):  # noq
         DELIVERIES,
         form={"action": "retry_now", "_selected_action": str(pk), "index": "0"},
         headers={"X-CSRFToken": token, "Referer": page.url},
+        max_redirects=0,
     )
-    assert answer.status in (200, 302, 403)
+    # Offered no action, the viewer's post is no action at all: the list, as a GET shows it
+    # (an action run would redirect back to it).
+    assert answer.status == 200
     after = orm(lambda: (list(Delivery.objects.values()), OperatorAction.objects.count()))
     assert after == before

@@ -14,9 +14,11 @@ from django.contrib.auth import get_user_model
 from tasks import services
 from tasks.states import TaskState
 from tests.e2e.test_admin import PASSWORD, log_in, page  # noqa: F401 (the page fixture)
+from tests.e2e.test_admin_deliveries import orm
 from tests.factories import AgentFactory
 from tests.protocol_push import live_open_task
-from webhooks import ssrf
+from webhooks.delivery import ssrf
+from webhooks.models import Rebind
 
 V1 = "https://client.example.org/hooks/v1/"
 V2 = "https://client.example.org/hooks/v2/"
@@ -45,6 +47,8 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, art
     page.fill("#id_move_from", V1)
     page.fill("#id_move_to", V2)
     page.fill("#id_deadline", "1h")
+    assert page.locator("#content h1").inner_text() == "Start a rebind"
+    assert page.locator("#rebind-form .errornote").count() == 0
     page.screenshot(path=str(artifacts / "rebind-start.png"), full_page=True)
     page.click("input[name=preview]")
 
@@ -68,8 +72,17 @@ def test_a_drain_started_through_the_wizard_then_aborted(console_data, page, art
     page.goto("/admin/webhooks/rebind/")
     page.check("#result_list tbody input.action-select")
     page.select_option("select[name=action]", "abort")
+    page.fill("input[name=reason]", "wrong prefix")  # an abort says why (the service asks)
     page.click("button[name=index]")
-    assert ": aborted" in page.locator("ul.messagelist").inner_text()
-    assert "aborted" in page.locator("#result_list tbody td.field-state").inner_text()
+    rebind_pk = orm(lambda: str(Rebind.objects.get(agent=console_data).pk))
+    # The admin shows each message with its first letter capitalized.
+    assert page.locator("ul.messagelist").inner_text() == f"Rebind {rebind_pk}: aborted"
+    # The one row, as the list shows it once aborted: no task left on the old version (both
+    # returned to their old channel), none moved, none orphaned.
+    listed = page.locator("#result_list tbody tr")
+    assert listed.count() == 1
+    assert listed.locator("td.field-state").inner_text() == "aborted"
+    assert listed.locator("td.field-on_old").inner_text() == "0"
+    assert listed.locator("td.field-moved").inner_text() == "0"
+    assert listed.locator("td.field-orphaned").inner_text() == "0"
     page.screenshot(path=str(artifacts / "rebind-aborted.png"), full_page=True)
-    assert all((artifacts / f"rebind-{n}.png").stat().st_size > 0 for n in ("start", "aborted"))

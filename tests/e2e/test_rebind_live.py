@@ -33,7 +33,7 @@ from tests.e2e.test_admin_deliveries import orm
 from tests.factories import AgentFactory
 from tests.processes import wait_until
 from tests.protocol_push import live_open_task
-from tests.readiness_helpers import mark_workers_live
+from tests.readiness_helpers import wait_workers_live
 from tests.webhook_checks import start_beat, start_worker
 from webhooks.models import ChannelMove, Delivery, DeliveryState, MoveState, Rebind
 
@@ -51,7 +51,7 @@ def scene(web, procs, receivers, *, receiver_status: int, retry_schedule: str):
     receiver = receivers.start(hang=0.8)  # slow enough to see tasks leave the list
     start_worker(procs, A2A_WEBHOOK_RETRY_SCHEDULE=retry_schedule)
     start_beat(procs)
-    mark_workers_live()
+    wait_workers_live()
     v1 = f"{receiver.origin}/hooks/v1/"
     tasks = []
     for i in range(3):
@@ -125,10 +125,12 @@ def on_old_listed(page, rebind_pk: str) -> list[str]:
     return page.locator("#result_list tbody th.field-task").all_inner_texts()  # the first column
 
 
-def run_list_action(page, rebind_pk: str, action: str) -> str:
+def run_list_action(page, rebind_pk: str, action: str, reason: str = "") -> str:
     page.goto(REBINDS)
     page.locator("#result_list tbody tr", has_text=rebind_pk).locator("input.action-select").check()
     page.select_option("select[name=action]", action)
+    if reason:
+        page.fill("input[name=reason]", reason)
     page.click("button[name=index]")
     return page.locator("ul.messagelist").inner_text()
 
@@ -202,7 +204,7 @@ def test_a_scheduled_rebind_beat_starts_then_abort_then_cut_over(stuck, page, ar
     )
     page.screenshot(path=str(artifacts / "stuck-on-old.png"), full_page=True)
 
-    assert f"Rebind {first}: aborted" in run_list_action(page, first, "abort")
+    assert run_list_action(page, first, "abort", "wrong window") == f"Rebind {first}: aborted"
     assert state_on_page(page, first) == "aborted"
     page.screenshot(path=str(artifacts / "aborted.png"), full_page=True)
 

@@ -23,10 +23,10 @@ from tests.e2e.test_admin import PASSWORD, log_in, page  # noqa: F401 (the page 
 from tests.e2e.test_admin_deliveries import orm
 from tests.factories import AgentFactory
 from tests.protocol_push import live_open_task
-from webhooks import ssrf
+from webhooks.delivery import ssrf
 from webhooks.models import PushBinding, Rebind
-from webhooks.rebind import rebind_start
-from webhooks.rebind_checks import RebindRequest
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.operations import rebind_start
 
 URL = "https://client.example.org/hooks/v1/task-0"
 

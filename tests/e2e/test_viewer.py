@@ -1,4 +1,4 @@
-"""A member of the "viewer" group (webhooks/operator_groups.py) in a real browser (Debian's
+"""A member of the "viewer" group (webhooks/console/operator_groups.py) in a real browser (Debian's
 chromium via Playwright, as test_admin.py): it sees every console page — the dashboard,
 deliveries with their attempts, endpoints, push configs, rebinds with their moves, the
 agent's keys, a task's channel history — and can do nothing: no action, no wizard, no
@@ -14,21 +14,21 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from agents.models import SigningKey
+from agents.models import OperatorAction, SigningKey
 from agents.signing import signing_key_rotate
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
+from tests.deliveries import delivery_claim_head, delivery_record
 from tests.e2e.test_admin import PASSWORD
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm, sent
 from tests.factories import AgentFactory
 from tests.protocol_push import live_open_task
-from webhooks import ssrf
-from webhooks.delivery import delivery_claim_head, delivery_record
-from webhooks.models import Delivery, Endpoint, OperatorAction, PushConfig, Rebind
-from webhooks.rebind import rebind_start
-from webhooks.rebind_checks import RebindRequest
+from webhooks.delivery import ssrf
+from webhooks.models import Delivery, Endpoint, PushConfig, Rebind
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.operations import rebind_start
 
 V1 = "https://hooks.example.org/v1/"
 V2 = "https://hooks.example.org/v2/"

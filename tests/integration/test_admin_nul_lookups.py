@@ -20,6 +20,7 @@ PAGES = [
 
 @pytest.mark.parametrize("page", PAGES)
 def test_a_nul_in_a_filter_value_is_a_400(admin_client, page):
-    assert admin_client.get(page, {"state": "working"}).status_code in (200, 302)
+    # Every page filters on `state`: a plain value is a valid lookup, listed (no redirect).
+    assert admin_client.get(page, {"state": "working"}).status_code == 200
     answer = admin_client.get(page, {"state": "a\x00b"})
     assert answer.status_code == 400, answer.content[:300]

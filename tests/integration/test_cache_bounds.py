@@ -124,7 +124,7 @@ def test_a_revoked_api_key_is_refused_by_another_web_process_within_the_key_cach
     assert [list_tasks() for _ in range(3)] == [200, 200, 200]
 
     changed_at = time.monotonic()
-    api_key_revoke(key_id=new_key.key.pk)
+    api_key_revoke(key_id=new_key.key.pk, actor="test")
     seen = observe(lambda: list_tasks() == 401, changed_at=changed_at, ttl=API_KEY_TTL)
 
     assert_within_bound(seen, "revoked API key")
@@ -166,7 +166,7 @@ def test_an_agent_change_reaches_another_web_process_within_the_agent_cache_ttl(
             return tasks_status() == 404
 
     changed_at = time.monotonic()
-    agent_save(agent=agent)
+    agent_save(agent=agent, actor="test")
     seen = observe(is_new, changed_at=changed_at, ttl=AGENT_TTL)
 
     assert_within_bound(seen, f"agent {change}")
@@ -234,7 +234,7 @@ def test_a_rotated_then_retired_signing_key_signs_a_workers_deliveries_within_th
         return True
 
     changed_at = time.monotonic()
-    signing_key_retire(key_id=old.pk)
+    signing_key_retire(key_id=old.pk, actor="test")
     seen_retired = observe(retired, changed_at=changed_at, ttl=SIGNING_KEY_TTL)
     assert_within_bound(seen_retired, "retired signing key")
     print(  # noqa: T201

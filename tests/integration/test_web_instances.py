@@ -14,7 +14,7 @@ import pytest
 from agents.models import WebInstance
 from tests import live
 from tests.processes import wait_until
-from webhooks.dashboard import dashboard_data
+from webhooks.console.dashboard import dashboard_data
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

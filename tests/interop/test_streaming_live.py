@@ -472,7 +472,10 @@ def test_sigterm_ends_open_streams_with_a_retry_hint_and_they_resume_elsewhere(
 
         task_id, seen, tail, resumed = run(scenario())
         assert b"retry: 1000" in tail
-        assert doomed.proc.popen.wait(timeout=15) is not None  # and the process is gone
+        # And the process is gone, after a clean shutdown: uvicorn re-raises the SIGTERM it
+        # was stopped by once the application has shut down (a crash would exit otherwise).
+        assert doomed.proc.popen.wait(timeout=15) == -signal.SIGTERM, doomed.proc.log()[-3000:]
+        assert "Application shutdown complete." in doomed.proc.log()
         assert [e.id for e in resumed] == [s for s in streamed_seqs(task_id) if s > seen]
         assert shape(resumed)[-1] == "COMPLETED"
     finally:

@@ -107,7 +107,7 @@ def test_development_profile_accepts_the_same_settings(tmp_path):
 @pytest.mark.parametrize("profile", ["development", "test", "production"])
 def test_every_profile_has_the_production_cache_ttls(tmp_path, profile):
     """No profile switches the hot-path caches off: the tests run the cached path production
-    runs (docs/decisions.md, issue 13)."""
+    runs (docs/decisions.md, "Tests and CI")."""
     caches = (
         "A2A_AGENT_CACHE_SECONDS",
         "A2A_API_KEY_CACHE_SECONDS",

@@ -27,6 +27,7 @@ class Command(BaseCommand):
                 auth_mode=opts["auth"],
                 is_default=opts["default"],
                 version=opts["agent_version"],
+                actor="cli",
             )
         except AgentError as exc:
             raise CommandError(str(exc)) from None

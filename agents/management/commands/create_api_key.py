@@ -17,7 +17,7 @@ class Command(BaseCommand):
         if agent is None:
             raise CommandError(f"no agent with slug {opts['slug']!r}")
         try:
-            new = api_key_create(agent=agent, name=opts["name"], kind=opts["kind"])
+            new = api_key_create(agent=agent, name=opts["name"], kind=opts["kind"], actor="cli")
         except AgentError as exc:
             raise CommandError(str(exc)) from None
         self.stderr.write(

@@ -33,6 +33,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from agents.models import WorkerHeartbeat
+from agents.readiness import RETRY_AFTER_SECONDS
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests import live
@@ -175,7 +176,7 @@ def row_counts() -> tuple[int, int, int, int]:
 def assert_retryable_refusal(response: httpx.Response, binding: str) -> None:
     """Push registration refused with a retryable error: REST 503 + Retry-After, JSON-RPC
     HTTP 200 + -32603 + ErrorInfo PUSH_DELIVERY_UNAVAILABLE + RetryInfo + Retry-After."""
-    assert int(response.headers["retry-after"]) > 0, response.headers
+    assert int(response.headers["retry-after"]) == RETRY_AFTER_SECONDS, response.headers
     if binding == "rest":
         assert response.status_code == 503, response.text
         error = response.json()["error"]
@@ -213,7 +214,7 @@ def assert_push_refused(client: Client, task: Task, hook: str) -> None:
         },
     )
     assert legacy.status_code == 200, legacy.text
-    assert int(legacy.headers["retry-after"]) > 0
+    assert int(legacy.headers["retry-after"]) == RETRY_AFTER_SECONDS
     error = legacy.json()["error"]
     assert (error["code"], error["data"]["reason"]) == (-32603, RETRY_REASON)
     assert row_counts() == before, "a refused registration wrote something"
@@ -251,7 +252,7 @@ def never_ready(client: Client, receiver) -> Task:
     """(a) Web started before any worker: the card is an honest 503, push is refused."""
     card = client.card()
     assert card.status_code == 503, card.text
-    assert int(card.headers["retry-after"]) > 0
+    assert int(card.headers["retry-after"]) == RETRY_AFTER_SECONDS
     assert card.headers["cache-control"] == "no-store"
     assert "etag" not in card.headers
     body = card.json()
@@ -263,7 +264,7 @@ def never_ready(client: Client, receiver) -> Task:
 
     ready = client.readyz()
     assert ready.status_code == 503
-    assert int(ready.headers["retry-after"]) > 0
+    assert int(ready.headers["retry-after"]) == RETRY_AFTER_SECONDS
     checks = ready.json()["checks"]
     assert {name for name, c in checks.items() if not c["ok"]} == {
         "agents_worker",
@@ -470,9 +471,9 @@ def test_sigterm_turns_the_web_process_not_ready_at_once_and_drains(agent, procs
     assert time.monotonic() - signalled < grace
     assert readyz.status_code == 503
     assert readyz.json()["draining"] is True
-    assert int(readyz.headers["retry-after"]) > 0
+    assert int(readyz.headers["retry-after"]) == RETRY_AFTER_SECONDS
     assert card.status_code == 503
-    assert int(card.headers["retry-after"]) > 0
+    assert int(card.headers["retry-after"]) == RETRY_AFTER_SECONDS
     assert "shutdown" in card.json()["failing"]
     assert client.healthz().status_code == 200  # alive while it drains
     assert client.rest("GET", f"/tasks/{task.pk}").status_code == 200

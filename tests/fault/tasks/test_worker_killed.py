@@ -19,12 +19,11 @@ from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
 from a2a_platform.lib import doorbell
-from tasks import services
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, SWEEP_DISPATCHES_JOB
 from tasks.models import DispatchState, EventKind, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TERMINAL_STATES, TaskState
 from tasks.sweeper import EXECUTOR_LOST_MESSAGE
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -50,7 +49,7 @@ def start_beat(procs, *, sweep_queue: str | None = None, **env: str):
 
 
 def open_task(agent, text: str) -> Task:
-    return services.task_create(agent=agent, owner="o", message=user_message(text))
+    return task_create(agent=agent, owner="o", message=user_message(text))
 
 
 def dispatch_of(task: Task) -> ExecutorDispatch:
@@ -80,7 +79,7 @@ def re_enqueued_in(worker, dispatch: ExecutorDispatch) -> bool:
     )
 
 
-def holds_countdown(worker, dispatch: ExecutorDispatch) -> bool:
+def reserved_countdown(worker, dispatch: ExecutorDispatch) -> bool:
     """The worker took the dispatch's ETA message off the queue (it waits in its memory)."""
     return any(
         "tasks.run_executor[" in line
@@ -91,8 +90,8 @@ def holds_countdown(worker, dispatch: ExecutorDispatch) -> bool:
     )
 
 
-def test_countdown_held_by_a_killed_worker_is_re_enqueued(scripted_agent, procs):
-    """Scenario A: the worker holding a WORKING task's countdown message dies."""
+def test_countdown_reserved_by_a_killed_worker_is_re_enqueued(scripted_agent, procs):
+    """Scenario A: the worker that reserved a WORKING task's countdown message dies."""
     start_beat(procs)
     first = procs.worker(name="first", **TIMINGS)
     task = open_task(scripted_agent, "work 3")
@@ -107,7 +106,7 @@ def test_countdown_held_by_a_killed_worker_is_re_enqueued(scripted_agent, procs)
     assert Task.objects.get(pk=task.pk).task_state == S.WORKING
     # The ETA job is published after that commit: killed before taking it, the first worker
     # would leave it on the queue for the second, and nothing would need the sweeper.
-    wait_until(lambda: holds_countdown(first, dispatch), timeout=10, interval=0.05)
+    wait_until(lambda: reserved_countdown(first, dispatch), timeout=10, interval=0.05)
 
     first.kill(signal.SIGKILL)  # the ETA message dies with the worker's memory
     second = procs.worker(name="second", **TIMINGS)
@@ -226,17 +225,17 @@ def test_echo_tasks_whose_due_dispatches_job_was_lost_are_run(agent, procs):
     assert_each_run_once_by_the_sweeper(procs, tasks)
 
 
-def test_echo_tasks_that_nudged_a_dead_drain_are_run(agent, procs):
-    """Scenario E: the doorbell is held by a drain whose worker was killed (the bell a
-    lingering run_due_dispatches job holds, its token in Redis until the bell expires). New
-    echo tasks ring it: they nudge that drain, which nobody hears, and publish no job. The
-    bell expires and the sweeper publishes each dispatch's own job: every task completes,
+def test_echo_tasks_that_rang_for_a_dead_drain_are_run(agent, procs):
+    """Scenario E: the doorbell is watched by a drain whose worker was killed (the bell a
+    lingering run_due_dispatches job watches, its token in Redis until the bell expires). New
+    echo tasks ring it: their rings go to that drain, which nobody hears, and publish no
+    job. The bell expires and the sweeper publishes each dispatch's own job: every task completes,
     none twice."""
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     broker.delete("agents")
-    doorbell.hold(RUN_DUE_DISPATCHES_JOB, "a-killed-workers-drain")
+    doorbell.watch(RUN_DUE_DISPATCHES_JOB, "a-killed-workers-drain")
     tasks = [open_task(agent, f"m{i}") for i in range(3)]
-    assert broker.llen("agents") == 0  # nudges for the dead drain, no job
+    assert broker.llen("agents") == 0  # rings for the dead drain, no job
 
     assert_each_run_once_by_the_sweeper(procs, tasks)
     assert broker.get(doorbell.key(RUN_DUE_DISPATCHES_JOB)) is None  # expired

@@ -228,8 +228,8 @@ class RedisServer:
 
 
 def _point_broker_at(url: str) -> None:
-    """This process publishes jobs and wake-ups to `url` from now on (Celery's producer pools
-    are dropped, as after a fork; the wake client is the one for the URL in settings)."""
+    """This process publishes jobs and rings to `url` from now on (Celery's producer pools
+    are dropped, as after a fork; the bell's client is the one for the URL in settings)."""
     from a2a_platform.celery import app
 
     app.conf.broker_write_url = url

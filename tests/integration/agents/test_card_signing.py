@@ -25,8 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format
 from jwt.api_jwk import PyJWK
 
-from a2a_platform.protocol import app as protocol_app
-from a2a_platform.protocol import common
+from a2a_platform.protocol import discovery, writes
 from agents import readiness
 from agents.card_signing import EmptyCardValue, sign_card
 from agents.models import AuthMode, CardVersion, WorkerHeartbeat
@@ -63,11 +62,11 @@ def wire(protocol_wire, settings):  # noqa: F811 (pytest passes the imported fix
     """The protocol tests' in-process `wire`, readiness read afresh on every request (so a
     capability flip shows on the next card) and no served card reused from an earlier test."""
     settings.A2A_READINESS_CACHE_SECONDS = 0
-    protocol_app._cards.clear()
-    common._card_versions.clear()
+    discovery._cards.clear()
+    writes._card_versions.clear()
     yield protocol_wire
-    protocol_app._cards.clear()
-    common._card_versions.clear()
+    discovery._cards.clear()
+    writes._card_versions.clear()
 
 
 @pytest.fixture
@@ -327,7 +326,7 @@ def test_last_served_at_is_written_at_most_once_a_minute(wire, agent):
     def serve_at(moment: datetime) -> CardVersion:
         with time_machine.travel(moment, tick=False):
             _heartbeat()  # the worker stays live across the jumps
-            protocol_app._cards.clear()  # this process's rendered-card cache (1 minute)
+            discovery._cards.clear()  # this process's rendered-card cache (1 minute)
             served(wire, agent)
         return CardVersion.objects.get(agent=agent)
 

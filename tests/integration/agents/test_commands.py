@@ -133,7 +133,7 @@ def test_create_api_key_worker_kind_and_revocation():
     key = api_key_authenticate(token, kind=ApiKeyKind.WORKER)
     assert key is not None
     assert key.kind == ApiKeyKind.WORKER
-    api_key_revoke(key_id=key.pk)
+    api_key_revoke(key_id=key.pk, actor="test")
     assert api_key_authenticate(token, kind=ApiKeyKind.WORKER) is None
 
 
@@ -154,7 +154,7 @@ def test_list_agents_shows_each_agent_with_its_live_key_count():
     other = AgentFactory(slug="a-other", name="Other", executor="external", enabled=False)
     api_key_create(agent=root, name="one")
     api_key_create(agent=root, name="two", kind="worker")
-    api_key_revoke(key_id=api_key_create(agent=root, name="gone").key.pk)
+    api_key_revoke(key_id=api_key_create(agent=root, name="gone").key.pk, actor="test")
 
     out, _ = run("list_agents")
 

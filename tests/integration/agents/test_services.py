@@ -23,10 +23,10 @@ def test_agent_create_is_outermost():
 def test_api_key_revoke_is_outermost(agent):
     key = api_key_create(agent=agent, name="k").key
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
-        api_key_revoke(key_id=key.pk)
+        api_key_revoke(key_id=key.pk, actor="test")
     key.refresh_from_db()
     assert key.revoked_at is None
-    assert api_key_revoke(key_id=key.pk).revoked_at is not None
+    assert api_key_revoke(key_id=key.pk, actor="test").revoked_at is not None
 
 
 def test_signing_key_services_are_outermost(db):
@@ -39,14 +39,14 @@ def test_signing_key_services_are_outermost(db):
         signing_key_rotate(agent=agent)
     signing_key_rotate(agent=agent)
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
-        signing_key_retire(key_id=old.pk)
-    assert signing_key_retire(key_id=old.pk).state == "retired"
+        signing_key_retire(key_id=old.pk, actor="test")
+    assert signing_key_retire(key_id=old.pk, actor="test").state == "retired"
 
 
 def test_agent_save_runs_inside_the_admins_transaction(agent):
     """Not durable: the admin's change form wraps save_model in its own transaction."""
     agent.name = "renamed"
     with transaction.atomic():
-        agent_save(agent=agent)
+        agent_save(agent=agent, actor="test")
     agent.refresh_from_db()
     assert agent.name == "renamed"

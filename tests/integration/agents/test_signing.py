@@ -20,7 +20,7 @@ from agents.signing import (
     signing_key_rotate,
 )
 from tests.factories import AgentFactory
-from webhooks import signer
+from webhooks.delivery import signer
 from webhooks.receiver import WebhookVerifier
 
 pytestmark = pytest.mark.django_db
@@ -101,20 +101,20 @@ def test_signing_key_rotate_without_a_key_creates_one(agent):
 def test_signing_key_retire_removes_it_from_signing_and_the_jwks(agent):
     old = signing_key_create(agent=agent)
     new = signing_key_rotate(agent=agent)
-    retired = signing_key_retire(key_id=old.pk)
+    retired = signing_key_retire(key_id=old.pk, actor="test")
     assert retired.state == SigningKeyState.RETIRED
     assert retired.retired_at is not None
     assert live_signing_keys(agent) == [new]
     assert [k["kid"] for k in jwks(agent)["keys"]] == [new.kid]
     # Idempotent.
-    again = signing_key_retire(key_id=old.pk)
+    again = signing_key_retire(key_id=old.pk, actor="test")
     assert again.retired_at == retired.retired_at
 
 
 def test_signing_key_retire_refuses_the_active_key(agent):
     key = signing_key_create(agent=agent)
     with pytest.raises(SigningKeyError, match="rotate"):
-        signing_key_retire(key_id=key.pk)
+        signing_key_retire(key_id=key.pk, actor="test")
     key.refresh_from_db()
     assert key.state == SigningKeyState.ACTIVE
 

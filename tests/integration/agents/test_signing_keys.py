@@ -10,7 +10,7 @@ import importlib
 import pytest
 from django.apps import apps
 
-from a2a_platform.protocol import app as protocol_app
+from a2a_platform.protocol import discovery
 from agents.models import Agent, SigningKey, SigningKeyState
 from agents.services import agent_create, agent_save
 from agents.signing import active_signing_key, jwks, signing_key_create
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def wire(protocol_wire, settings):  # noqa: F811 (pytest passes the imported fixture)
     settings.A2A_READINESS_CACHE_SECONDS = 0
-    protocol_app._cards.clear()
+    discovery._cards.clear()
     yield protocol_wire
-    protocol_app._cards.clear()
+    discovery._cards.clear()
 
 
 def _active(agent: Agent) -> list[SigningKey]:
@@ -40,10 +40,10 @@ def test_agent_create_creates_the_agents_active_signing_key():
 
 def test_agent_save_creates_a_key_for_an_added_agent_only():
     agent = Agent(slug="added", name="Added", description="d")
-    agent_save(agent=agent)
+    agent_save(agent=agent, actor="test")
     (key,) = _active(agent)
     agent.name = "Edited"
-    agent_save(agent=agent)
+    agent_save(agent=agent, actor="test")
     assert _active(agent) == [key]
 
 

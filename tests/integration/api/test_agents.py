@@ -9,13 +9,20 @@ from __future__ import annotations
 import pytest
 
 from a2a_platform.api.services import api_token_create, api_token_revoke
-from agents.models import Agent, ApiKey, PushChannelPolicy, SigningKey, SigningKeyState
+from agents.models import (
+    Agent,
+    ApiKey,
+    OperatorAction,
+    PushChannelPolicy,
+    SigningKey,
+    SigningKeyState,
+)
 from tests import live
 from tests.api_tokens import bearer, token_for, user_with
 from tests.factories import AgentFactory
 from tests.integration.api.live_api import _live_api, live_api  # noqa: F401 (fixtures)
 from tests.readiness_helpers import mark_workers_live
-from webhooks.models import OperatorAction, Rebind
+from webhooks.models import Rebind
 
 AGENT_PERMS = ("view_agent", "add_agent", "change_agent", "view_apikey", "add_apikey")
 KEY_PERMS = ("change_apikey", "view_signingkey", "run_rebind", "view_rebind")

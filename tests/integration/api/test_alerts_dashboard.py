@@ -1,14 +1,15 @@
 """`/api/v1/alerts/` (list with filters, resolve through the service, audited once) and
-`/api/v1/dashboard` (webhooks/dashboard.py's figures, sections by scoped permission), over
+`/api/v1/dashboard` (webhooks/console/dashboard.py's figures, sections by scoped permission), over
 HTTP against a live web process."""
 
 from __future__ import annotations
 
 import pytest
 
+from agents.models import OperatorAction
 from tests.api_tokens import bearer, token_for, user_with
 from tests.integration.api.live_api import _live_api, live_api  # noqa: F401 (fixtures)
-from webhooks.models import Alert, AlertKind, Endpoint, OperatorAction
+from webhooks.models import Alert, AlertKind, Endpoint
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def test_a_read_token_cannot_resolve(live_api, alerts):
 
 
 def test_the_dashboard_is_the_admins_figures_by_scoped_permission(live_api, alerts):
-    from webhooks import dashboard
+    from webhooks.console import dashboard
 
     full = user_with(
         "watcher", "view_agent", "view_delivery", "view_endpoint", "view_alert", "view_rebind"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from agents.models import OperatorAction
 from tests.api_tokens import api_client
-from webhooks.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -11,12 +11,13 @@ import uuid
 
 import pytest
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.processes import wait_until
 from tests.webhook_checks import open_task, start_worker, waits_its_schedule
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, OperatorAction
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import pytest
 
+from agents.models import OperatorAction
 from tests.factories import AgentFactory
 from tests.processes import wait_until
 from tests.webhook_checks import open_task, start_worker, waits_its_schedule
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, OperatorAction
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 
 UNKNOWN = "00000000-0000-0000-0000-000000000002"
-RETRY_SECONDS = 3600  # every wait of the schedule, jittered by ±20 % (webhooks/retry_policy.py)
+RETRY_SECONDS = (
+    3600  # every wait of the schedule, jittered by ±20 % (webhooks/delivery/retry_policy.py)
+)
 
 
 @pytest.fixture

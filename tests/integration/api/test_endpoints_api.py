@@ -9,12 +9,13 @@ import datetime as dt
 
 import pytest
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.processes import wait_until
 from tests.webhook_checks import open_task, start_worker
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, Endpoint, OperatorAction
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, Endpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 
@@ -74,11 +75,12 @@ def test_endpoints_list_with_the_health_their_deliveries_gave_them(delivered, to
     good, bad = rows[delivered["good"].origin], rows[delivered["bad"].origin]
     assert good["id"] == delivered["good"].pk
     assert good["health"]["failing"] is False
-    assert good["health"]["lastHour"]["attempts"] >= 2  # the snapshot and the status update
+    assert good["health"]["lastHour"]["attempts"] == 2  # the snapshot and the status update
     assert good["health"]["lastHour"]["successRate"] == 1.0
     assert good["health"]["lastHour"]["meanLatencyMs"] > 0
     assert good["health"]["failingSince"] is None
     assert bad["health"]["failing"] is True
+    # Not exact: the worker goes on retrying the bad receiver while this reads.
     assert bad["health"]["consecutiveFailures"] >= 2
     assert bad["health"]["lastHour"]["successRate"] == 0.0
     first_failure = (
@@ -108,7 +110,7 @@ def test_a_read_token_cannot_pause_and_nothing_changes(delivered, tokens):
     assert _audited() == []
 
 
-def test_pause_holds_deliveries_and_resume_sends_them_audited_as_the_caller(delivered, tokens):
+def test_pause_makes_deliveries_wait_and_resume_sends_them_audited_as_the_caller(delivered, tokens):
     good, task = delivered["good"], delivered["task"]
     api = tokens.client("operate", name="ops")
     paused = api.post(f"/api/v1/endpoints/{good.pk}/pause", json={"reason": "receiver upgrade"})

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import services
 from tests.api_tokens import user_with
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 from webhooks.services import push_config_create, push_config_delete
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("public_dns")]
@@ -22,7 +21,7 @@ SECRETS = ("tok-1618033988", "cred-1414213562")
 def task(api_web):
     # cutover: a re-registration replaces the version at once (no drain to wait for).
     agent = AgentFactory(slug="hooks", executor="external", push_rebind_policy="cutover")
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+    task = task_create(agent=agent, owner="anonymous", message=user_message("hi"))
     push_config_create(task=task, config={"id": "a", "url": f"{URL}a1", "token": SECRETS[0]})
     push_config_create(
         task=task,
@@ -72,7 +71,7 @@ def test_one_config_reads_by_its_id(task, tokens):
 
 
 def test_another_tasks_config_is_not_found(task, tokens):
-    other = services.task_create(agent=task.agent, owner="anonymous", message=user_message("x"))
+    other = task_create(agent=task.agent, owner="anonymous", message=user_message("x"))
     answer = tokens.client("read").get(f"/api/v1/tasks/{other.pk}/push-configs/a")
     assert answer.status_code == 404, answer.text
     assert answer.json()["error"]["code"] == "not_found"

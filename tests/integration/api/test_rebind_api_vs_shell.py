@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.protocol_push import live_open_task
-from webhooks.models import ChannelMove, Delivery, OperatorAction, PushConfig, Rebind
+from webhooks.models import ChannelMove, Delivery, PushConfig, Rebind
 from webhooks.selectors import binding_status
 
 # The API's rebind checks its new URLs in the web process, which resolves names for real:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
 from tests.api_tokens import api_client
 from tests.factories import AgentFactory
 from tests.integration.webhooks.conftest import public_dns  # noqa: F401 (fixture)
 from tests.protocol_push import task_with_push
-from webhooks.models import ChannelMove, OperatorAction, Rebind, RebindState
+from webhooks.models import ChannelMove, Rebind, RebindState
 
 # Transactional: the tasks and their push configs are made through the protocol app, whose ORM
 # calls run on other threads (tests/protocol_push.py).

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from django_celery_beat.models import ClockedSchedule, PeriodicTask
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.protocol_push import live_open_task
-from webhooks.models import ChannelMove, OperatorAction, PushBinding, Rebind, RebindState
-from webhooks.rebind_machine import TRANSITIONS, IllegalRebindTransition
+from webhooks.models import ChannelMove, PushBinding, Rebind, RebindState
+from webhooks.rebinds.machine import TRANSITIONS, IllegalRebindTransition
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_receivers")]
 
@@ -229,7 +230,7 @@ def test_a_scheduled_rebind_aborted_before_its_time_removes_its_clocked_job(api_
         "id"
     ]
     assert PeriodicTask.objects.filter(name=f"rebind {rebind_id}").exists()
-    aborted = api.post(f"/api/v1/rebinds/{rebind_id}/abort", json={})
+    aborted = api.post(f"/api/v1/rebinds/{rebind_id}/abort", json={"reason": "not needed"})
     assert aborted.status_code == 200, aborted.text
     assert Rebind.objects.get(pk=rebind_id).state == "aborted"
     assert not PeriodicTask.objects.filter(name=f"rebind {rebind_id}").exists()
@@ -276,7 +277,8 @@ def _rebinds_in_every_state(api_web, api) -> dict[str, str]:
         _agent(api_web, slug, in_flight=1)
         out[state] = api.post("/api/v1/rebinds/", json=_move(slug)).json()["id"]
     assert api.post(f"/api/v1/rebinds/{out['cut_over']}/cutover").status_code == 200
-    assert api.post(f"/api/v1/rebinds/{out['aborted']}/abort", json={}).status_code == 200
+    aborted = api.post(f"/api/v1/rebinds/{out['aborted']}/abort", json={"reason": "states"})
+    assert aborted.status_code == 200
     _agent(api_web, "st-completed", in_flight=0)  # nothing in flight: the drain completes at once
     out["completed"] = api.post("/api/v1/rebinds/", json=_move("st-completed")).json()["id"]
     states = {str(pk): state for pk, state in Rebind.objects.values_list("pk", "state")}

@@ -16,8 +16,8 @@ from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests import protocol_push
-from tests.factories import AgentFactory, user_message
-from webhooks.rebind import RebindRequest, rebind_cutover, rebind_start
+from tests.factories import AgentFactory, task_create, user_message
+from webhooks.rebinds.operations import RebindRequest, rebind_cutover, rebind_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("public_dns")]
 
@@ -49,11 +49,11 @@ def store(api_web, http):
     assert sent.status_code == 200, sent.text
     wired = sent.json()["task"]["id"]
     made = {"wired": wired}
-    made["working"] = services.task_create(
+    made["working"] = task_create(
         agent=alpha, owner="anonymous", message=user_message("a"), context_id="ctx-1"
     ).pk
     services.task_transition(task_id=made["working"], to_state=TaskState.WORKING)
-    made["done"] = services.task_create(
+    made["done"] = task_create(
         agent=alpha, owner="anonymous", message=user_message("b"), context_id="ctx-1"
     ).pk
     services.task_transition(task_id=made["done"], to_state=TaskState.WORKING)
@@ -63,7 +63,7 @@ def store(api_web, http):
         last_chunk=True,
     )
     services.task_transition(task_id=made["done"], to_state=TaskState.COMPLETED)
-    made["beta"] = services.task_create(agent=beta, owner="anonymous", message=user_message("c")).pk
+    made["beta"] = task_create(agent=beta, owner="anonymous", message=user_message("c")).pk
     # Registered through the protocol as a client does (in process: the test's DNS answers
     # for client.example.org), so the rebind's notices can name the agent's JWKS.
     push = {

@@ -11,9 +11,9 @@ import pytest
 
 from a2a_platform.api.models import ApiToken
 from a2a_platform.api.services import api_token_authenticate
+from agents.models import OperatorAction
 from tests import live
 from tests.api_tokens import bearer, token_for, user_with
-from webhooks.models import OperatorAction
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,10 @@ from django.utils import timezone
 from a2a_platform.api.jobs import purge_idempotency_keys_job
 from a2a_platform.api.models import ApiToken, IdempotencyKey
 from a2a_platform.api.services import api_token_authenticate
-from agents.models import Agent
+from agents.models import Agent, OperatorAction
 from tests.api_tokens import bearer, token_for, user_with
 from tests.factories import AgentFactory
 from tests.integration.api.live_api import _live_api, live_api  # noqa: F401 (fixtures)
-from webhooks.models import OperatorAction
 
 NEW = {"slug": "once", "name": "Once", "description": "d"}
 

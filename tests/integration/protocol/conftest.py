@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from a2a_platform.asgi import application
-from agents import readiness
 from tasks.event_hub import get_hub
-from tests.readiness_helpers import mark_workers_live
+from tests.readiness_helpers import mark_workers_live, readiness_reset
 
 
 class Wire:
@@ -64,4 +63,4 @@ class Wire:
 def wire(transactional_db) -> Wire:
     mark_workers_live()
     yield Wire()
-    readiness.reset_for_tests()
+    readiness_reset()

@@ -1,5 +1,5 @@
 """In the process that makes a change, its own caches drop the entry when the change commits
-(protocol/context.py, webhooks/delivery_headers.py): an operator who revokes a key, edits an
+(protocol/context.py, webhooks/delivery/headers.py): an operator who revokes a key, edits an
 agent or rotates a signing key in a web process sees the effect there at once. Other processes
 wait for their TTL (tests/integration/test_cache_bounds.py).
 
@@ -16,7 +16,7 @@ from agents.models import AuthMode, WorkerHeartbeat
 from agents.services import agent_save, api_key_create, api_key_revoke
 from agents.signing import active_signing_key, signing_key_retire, signing_key_rotate
 from tests.factories import AgentFactory
-from webhooks import delivery_headers
+from webhooks.delivery import headers as delivery_headers
 
 
 def test_a_key_revoked_in_this_process_is_refused_here_at_once(wire):
@@ -27,7 +27,7 @@ def test_a_key_revoked_in_this_process_is_refused_here_at_once(wire):
     assert wire.request("GET", path, headers=headers).status_code == 200
     assert context._keys.get(hashlib.sha256(key.token.encode()).digest()) is not None
 
-    api_key_revoke(key_id=key.key.pk)
+    api_key_revoke(key_id=key.key.pk, actor="test")
 
     assert wire.request("GET", path, headers=headers).status_code == 401
 
@@ -39,11 +39,11 @@ def test_an_agent_edited_in_this_process_is_served_here_at_once(wire):
     assert context._agents.get(agent.slug) is not None
 
     agent.description = "after the edit"
-    agent_save(agent=agent)
+    agent_save(agent=agent, actor="test")
     assert wire.request("GET", card).json()["description"] == "after the edit"
 
     agent.enabled = False
-    agent_save(agent=agent)
+    agent_save(agent=agent, actor="test")
     assert wire.request("GET", card).status_code == 404
 
 
@@ -56,7 +56,7 @@ def test_signing_keys_changed_in_this_process_sign_here_at_once(transactional_db
     new = signing_key_rotate(agent=agent)
     assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [new.kid, old.kid]
 
-    signing_key_retire(key_id=old.pk)
+    signing_key_retire(key_id=old.pk, actor="test")
     assert [kid for kid, _ in delivery_headers._signer(agent.pk).keys] == [new.kid]
 
 

@@ -14,7 +14,7 @@ from agents.services import api_key_create
 from tasks import services
 from tasks.models import Message, Task, TaskEvent
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 
 
 def _counts() -> tuple[int, int, int]:
@@ -195,9 +195,7 @@ def test_body_over_limit_refused_from_content_length(wire, default_agent, settin
 def test_unknown_and_foreign_task_ids_are_task_not_found(wire, default_agent):
     owner_key = api_key_create(agent=default_agent, name="owner")
     other_key = api_key_create(agent=default_agent, name="other")
-    task = services.task_create(
-        agent=default_agent, owner=owner_key.key.principal, message=user_message()
-    )
+    task = task_create(agent=default_agent, owner=owner_key.key.principal, message=user_message())
     for task_id in [str(uuid.uuid4()), "not-a-uuid", "'; DROP TABLE tasks_task; --", str(task.id)]:
         error = _rpc_error(
             wire.rpc(
@@ -218,7 +216,7 @@ def test_unknown_and_foreign_task_ids_are_task_not_found(wire, default_agent):
 
 
 def test_cancel_terminal_task_is_not_cancelable_and_changes_nothing(wire, default_agent):
-    task = services.task_create(agent=default_agent, owner="anonymous", message=user_message())
+    task = task_create(agent=default_agent, owner="anonymous", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
     before = _counts()
     error = _rpc_error(wire.rpc("CancelTask", {"id": str(task.id)}))
@@ -231,7 +229,7 @@ def test_cancel_terminal_task_is_not_cancelable_and_changes_nothing(wire, defaul
 
 
 def test_message_to_terminal_task_is_unsupported_operation(wire, default_agent):
-    task = services.task_create(agent=default_agent, owner="anonymous", message=user_message())
+    task = task_create(agent=default_agent, owner="anonymous", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.FAILED)
     before = _counts()
     error = _rpc_error(wire.rpc("SendMessage", _send_params(taskId=str(task.id))))
@@ -240,7 +238,7 @@ def test_message_to_terminal_task_is_unsupported_operation(wire, default_agent):
 
 
 def test_message_with_mismatched_context_is_invalid_params(wire, default_agent):
-    task = services.task_create(agent=default_agent, owner="anonymous", message=user_message())
+    task = task_create(agent=default_agent, owner="anonymous", message=user_message())
     before = _counts()
     error = _rpc_error(
         wire.rpc("SendMessage", _send_params(taskId=str(task.id), contextId="other"))
@@ -257,6 +255,7 @@ def test_message_with_mismatched_context_is_invalid_params(wire, default_agent):
         ({"pageSize": "many"}, "pageSize"),
         ({"historyLength": -1}, "historyLength"),
         ({"status": "TASK_STATE_BOGUS"}, "status"),
+        ({"unknownField": 1, "status": "TASK_STATE_WORKNG"}, "status"),  # not "no filter"
         ({"pageToken": "garbage!"}, "pageToken"),
         ({"statusTimestampAfter": "yesterday"}, "statusTimestampAfter"),
     ],
@@ -289,8 +288,23 @@ def test_get_task_params_of_the_wrong_type_are_invalid_params(wire, default_agen
     assert error["data"][1]["fieldViolations"][0]["field"] == field
 
 
+@pytest.mark.parametrize(
+    "status", ['"\\ud800"', "1e400"], ids=["lone-surrogate", "beyond-a-double"]
+)
+def test_list_tasks_status_protobuf_cannot_read_is_invalid_params(wire, default_agent, status):
+    # Both once escaped protobuf's parser as errors no handler expected (a 500).
+    raw = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"contextId": "c", '
+        f'"status": {status}}}}}'
+    ).encode()
+    resp = wire.request("POST", "/", content=raw, headers={"content-type": "application/json"})
+    error = _rpc_error(resp.json())
+    assert error["code"] == -32602
+    assert error["data"][1]["fieldViolations"][0]["field"] == "params"
+
+
 def test_get_task_with_whole_number_params_reads_the_task(wire, default_agent):
-    task = services.task_create(agent=default_agent, owner="anonymous", message=user_message())
+    task = task_create(agent=default_agent, owner="anonymous", message=user_message())
     for history, seen in ((0, None), (1.0, 1), ("1", 1)):  # ProtoJSON takes all three
         answer = wire.rpc("GetTask", {"id": str(task.id), "historyLength": history})
         assert answer["result"]["id"] == str(task.id), answer

@@ -487,7 +487,7 @@ def test_card_header_lines_are_those_of_a_plain_response(wire, agent):
     assert two.raw_headers == one.raw_headers[:-1]  # the same card's lines, without it
     assert b"x-extra" not in dict(two.raw_headers)
 
-    agent_update(agent_pk=agent.pk, changes={"card_max_age": 7})
+    agent_update(agent_pk=agent.pk, changes={"card_max_age": 7}, actor="test")
     edited = wire.request("GET", path)
     assert edited.headers["Cache-Control"] == "public, max-age=7"
     assert edited.headers.raw == expected(edited, 7, 200)

@@ -12,25 +12,26 @@ import pytest
 from agents import readiness
 from tests.factories import AgentFactory
 from tests.integration.protocol.conftest import Wire
+from tests.readiness_helpers import readiness_reset
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def wire():
-    readiness.reset_for_tests()
+    readiness_reset()
     AgentFactory(slug="ops", is_default=True, executor="echo")
     yield Wire()
-    readiness.reset_for_tests()
+    readiness_reset()
 
 
 def failing(wire: Wire) -> tuple[dict, dict]:
     """The failing checks as /readyz and the card's 503 body give them."""
-    readiness.reset_for_tests()
+    readiness_reset()
     ready = wire.request("GET", "/readyz")
     assert ready.status_code == 503, ready.text
     from_readyz = {k: v["detail"] for k, v in ready.json()["checks"].items() if not v["ok"]}
-    readiness.reset_for_tests()
+    readiness_reset()
     card = wire.request("GET", "/.well-known/agent-card.json")
     assert card.status_code == 503, card.text
     return from_readyz, card.json()["failing"]

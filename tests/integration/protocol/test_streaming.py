@@ -24,8 +24,8 @@ from tasks import services
 from tasks.event_hub import get_hub
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
-from tests.sse import SSE, ASGIStream
+from tests.factories import AgentFactory, task_create, user_message
+from tests.sse import SSE, ASGIStream, open_streams, streams_reset
 
 S = TaskState
 
@@ -37,9 +37,9 @@ def agent(wire):
 
 @pytest.fixture(autouse=True)
 def _fresh_stream_registry():
-    sse.reset_for_tests()
+    streams_reset()
     yield
-    sse.reset_for_tests()
+    streams_reset()
 
 
 def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
@@ -69,7 +69,7 @@ async def db(fn: Callable[[], Any]) -> Any:
 
 
 def new_task(agent, text: str = "hi") -> Task:
-    return services.task_create(agent=agent, owner="anonymous", message=user_message(text))
+    return task_create(agent=agent, owner="anonymous", message=user_message(text))
 
 
 def move(task_id, state: TaskState, message: str | None = None):
@@ -263,7 +263,7 @@ def test_subscribe_to_a_terminal_task_is_unsupported_operation(agent, binding):
 def test_subscribe_errors_before_the_first_event_are_plain_responses(agent, wire):
     key = api_key_create(agent=agent, name="owner")
     # Another principal's task: an anonymous caller must not learn it exists.
-    foreign = services.task_create(agent=agent, owner=key.key.principal, message=user_message())
+    foreign = task_create(agent=agent, owner=key.key.principal, message=user_message())
 
     async def scenario():
         out = {}
@@ -292,7 +292,7 @@ def test_refused_stream_leaves_no_waiter_and_no_slot(agent):
     async def scenario():
         stream = await subscribe(task.pk)
         await stream.json()
-        return await waiting_on_hub(task.pk), sse.open_streams()
+        return await waiting_on_hub(task.pk), open_streams()
 
     assert run(scenario) == (0, 0)
 
@@ -421,7 +421,7 @@ def test_send_streaming_message_as_a_notification_writes_and_answers_204(agent):
         body = {"jsonrpc": "2.0", "method": "SendStreamingMessage", "params": params}
         stream = await ASGIStream(application, "POST", "/", json_body=body).open()
         await asyncio.wait_for(stream.task, 5)
-        return stream.status, sse.open_streams()
+        return stream.status, open_streams()
 
     assert run(scenario) == (204, 0)
     assert Task.objects.get().messages.get().parts == [{"text": "fire and forget"}]
@@ -694,11 +694,11 @@ def test_client_disconnect_releases_everything_promptly(agent):
         streams = [await subscribe(task.pk) for _ in range(5)]
         for s in streams:
             await s.next()
-        await until(lambda: sse.open_streams() == 5)
+        await until(lambda: open_streams() == 5)
         waiting = await waiting_on_hub(task.pk)
         for s in streams:
             await s.disconnect(timeout=1)
-        return waiting, await waiting_on_hub(task.pk), sse.open_streams()
+        return waiting, await waiting_on_hub(task.pk), open_streams()
 
     waiting, after, open_after = run(scenario)
     assert waiting == 5

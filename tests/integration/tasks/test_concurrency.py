@@ -17,7 +17,7 @@ from tasks import services
 from tasks.models import ACTIVE_DISPATCH_STATES, Artifact, EventKind, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
 from tasks.states import TERMINAL_STATES, TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.locks import held_open, in_thread, wait_for_a_lock_waiter
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,7 +55,7 @@ def event_seqs(task_id) -> list[int]:
 
 
 def test_concurrent_transitions_and_artifacts_keep_seq_gap_free(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
     services.task_add_artifact(
         task_id=task.id, artifact={"artifactId": "shared", "parts": [{"text": "init"}]}
@@ -132,7 +132,7 @@ def test_concurrent_transitions_and_artifacts_keep_seq_gap_free(agent):
 
 
 def test_concurrent_terminal_transitions_have_exactly_one_winner(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
     targets = [TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED]
 
@@ -169,7 +169,7 @@ def test_no_event_lands_after_a_concurrent_terminal_transition(agent):
     """Artifacts racing a completion either land before it or are refused; none after it."""
     from tasks.errors import TaskTerminal
 
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
 
     def add(i: int) -> Callable[[], object]:
@@ -204,8 +204,8 @@ def hold_task_lock(task_id):
 
 def test_writes_to_other_tasks_of_the_same_agent_do_not_wait(agent):
     """Locking a task must not lock its agent: an agent's tasks are independent."""
-    busy = services.task_create(agent=agent, owner="a", message=user_message())
-    other = services.task_create(agent=agent, owner="a", message=user_message())
+    busy = task_create(agent=agent, owner="a", message=user_message())
+    other = task_create(agent=agent, owner="a", message=user_message())
     with hold_task_lock(busy.id):
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")
@@ -224,7 +224,7 @@ def test_dispatch_claim_is_not_skipped_while_its_task_is_being_written(agent):
     """
     from tasks.dispatch import dispatch_claim
 
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     dispatch = task.dispatches.get()
     with hold_task_lock(task.id):
         claim = dispatch_claim(dispatch_id=dispatch.pk, worker="w")
@@ -259,7 +259,7 @@ def test_an_answer_from_the_claims_row_racing_another_write_waits_for_it_then_se
     of the answer lands), a client's message comes before the answer."""
     from tasks.errors import TaskTerminal
 
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     seen = Task.objects.get(pk=task.pk)  # as the quick claim read it
     moves = {
         "cancel": lambda: services.task_transition(task_id=task.pk, to_state=TaskState.CANCELED),

@@ -2,7 +2,7 @@
 
 tasks/dispatch.py's dispatch_claim and dispatch_finish run one prepared statement (claim) and
 two (release) on PostgreSQL, and the ORM twin elsewhere (the embedded SQLite database): each
-test runs through both (tasks/task_store.py's switch).
+test runs through both (tasks/task_store/'s switch).
 """
 
 from datetime import timedelta
@@ -14,7 +14,7 @@ from tasks import services, task_store
 from tasks.dispatch import dispatch_claim, dispatch_finish
 from tasks.models import DispatchState, ExecutorDispatch, Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ def store(request, settings):
 
 
 def open_dispatch(agent) -> ExecutorDispatch:
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     return task.dispatches.get()
 
 

@@ -3,7 +3,7 @@
 A new echo dispatch rings the doorbell (a2a_platform/lib/doorbell.py) instead of publishing a
 job of its own; one tasks.run_due_dispatches job claims the due ones oldest first
 (dispatch_claim_due, one statement on PostgreSQL, the ORM twin on SQLite) and runs them,
-holding the bell, so that dispatches committed meanwhile nudge it instead of publishing a job.
+watching the bell, so that dispatches committed meanwhile ring for it instead of publishing a job.
 The broker is the test's real Redis: the queue is read to count what was published.
 """
 
@@ -30,8 +30,10 @@ from tasks.executors.runner import run_due
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
 from tasks.models import DispatchState, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TaskState
+from tasks.task_store.claims import _CLAIM_NEXT, _claim_dispatch_sql
+from tasks.task_store.postgres import _DISPATCH_STATES, _TERMINAL
 from tests import processes
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.statements import statements, task_locks
 from webhooks.models import Delivery, PushConfig
 
@@ -72,15 +74,15 @@ def published_kwargs(broker) -> list[dict]:
 
 
 def send(agent, text: str = "hi") -> Task:
-    return services.task_create(agent=agent, owner="o", message=user_message(text))
+    return task_create(agent=agent, owner="o", message=user_message(text))
 
 
 def test_new_echo_tasks_ring_once_for_one_job(agent, broker):
     tasks = [send(agent, f"m{i}") for i in range(5)]
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
-    assert broker.get(BELL) == doorbell.JOB_TOKEN.encode()  # held for that job
-    # The job's drain holds the bell, then releases it: the next new task rings for another.
-    doorbell.hold(RUN_DUE_DISPATCHES_JOB, "drain")
+    assert broker.get(BELL) == doorbell.JOB_TOKEN.encode()  # it names that job
+    # The job's drain watches the bell, then releases it: the next new task rings for another.
+    doorbell.watch(RUN_DUE_DISPATCHES_JOB, "drain")
     doorbell.release(RUN_DUE_DISPATCHES_JOB, "drain")
     send(agent, "later")
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB, RUN_DUE_DISPATCHES_JOB]
@@ -130,8 +132,8 @@ def test_a_helper_stopped_with_work_left_rings_for_a_drain(agent, broker):
 
 @contextlib.contextmanager
 def lingering_drain(broker, **kwargs):
-    """A drain (`run_due(worker="w1", **kwargs)`) in a thread; yields (the token it holds the
-    bell with, the list its count is appended to once it returns), and joins it at the end."""
+    """A drain (`run_due(worker="w1", **kwargs)`) in a thread; yields (the token it watches
+    the bell with, the list its count is appended to once it returns), and joins it at the end."""
     ran: list[int] = []
 
     def drain() -> None:
@@ -143,13 +145,13 @@ def lingering_drain(broker, **kwargs):
     thread = threading.Thread(target=drain)
     thread.start()
     try:
-        held = processes.wait_until(
+        watching = processes.wait_until(
             lambda: (
                 (token := broker.get(BELL)) not in (None, doorbell.JOB_TOKEN.encode()) and token
             ),
-            message="the drain holds the bell",
+            message="the drain watches the bell",
         )
-        yield held, ran
+        yield watching, ran
     finally:
         thread.join(30)
     assert not thread.is_alive()
@@ -162,29 +164,29 @@ def wait_completed(task: Task) -> None:
     )
 
 
-def test_a_lingering_drain_runs_new_tasks_on_its_nudges_without_a_job(agent, broker):
-    """A drain job out of work lingers with the bell held: tasks sent meanwhile publish no
-    job, nudge it, and it runs them while it still holds the bell (not in its claim after the
+def test_a_lingering_drain_runs_new_tasks_on_their_rings_without_a_job(agent, broker):
+    """A drain job out of work lingers watching the bell: tasks sent meanwhile publish no
+    job, ring for it, and it runs them while it still watches the bell (not in its claim after the
     release, at its deadline here: the linger is longer). Then the next task rings for a job
     again."""
-    with lingering_drain(broker, linger=60, seconds=5) as (held, ran):
+    with lingering_drain(broker, linger=60, seconds=5) as (watching, ran):
         for task in [send(agent, f"m{i}") for i in range(3)]:
             wait_completed(task)
-        assert broker.get(BELL) == held  # run on its nudges, the bell still held
-        assert published(broker) == []  # nudges, no job
+        assert broker.get(BELL) == watching  # run on their rings, the bell still watched
+        assert published(broker) == []  # rings heard, no job
     assert ran == [3]
     assert broker.get(BELL) is None
     send(agent, "after")
     assert published(broker) == [RUN_DUE_DISPATCHES_JOB]
 
 
-def test_a_drain_lingering_longer_than_the_bells_ttl_keeps_holding_it(agent, broker):
+def test_a_drain_lingering_longer_than_the_bells_ttl_keeps_watching_it(agent, broker):
     """A linger (A2A_DISPATCH_DRAIN_LINGER_SECONDS) longer than the bell's TTL: the drain
-    refreshes the bell while it waits, so a task sent after the TTL has passed still nudges
-    it and publishes no job."""
-    with lingering_drain(broker, linger=3 * doorbell.RING_SECONDS, seconds=60) as (held, ran):
+    refreshes the bell while it waits, so a task sent after the TTL has passed still rings
+    for it and publishes no job."""
+    with lingering_drain(broker, linger=3 * doorbell.RING_SECONDS, seconds=60) as (watching, ran):
         time.sleep(doorbell.RING_SECONDS + 0.5)  # the bell set before this would have expired
-        assert broker.get(BELL) == held
+        assert broker.get(BELL) == watching
         wait_completed(send(agent, "late"))
         assert published(broker) == []
     assert ran == [1]
@@ -192,8 +194,8 @@ def test_a_drain_lingering_longer_than_the_bells_ttl_keeps_holding_it(agent, bro
 
 
 def test_a_drain_claims_once_more_after_releasing_the_bell(agent, broker, monkeypatch):
-    """A task committed while a drain held the bell published no job. If the drain misses
-    its nudge (here it does not linger; a subscriber reconnecting misses one too), the claim
+    """A task committed while a drain watched the bell published no job. If the drain misses
+    its ring (here it does not linger; a subscriber reconnecting misses one too), the claim
     it makes after releasing the bell runs it."""
     real = runner.dispatch_claim_due
     late: list[Task] = []
@@ -201,7 +203,7 @@ def test_a_drain_claims_once_more_after_releasing_the_bell(agent, broker, monkey
     def claim_then_send(**kwargs):
         claims = real(**kwargs)
         if not late:
-            late.append(send(agent, "late"))  # its ring finds the bell held: a nudge only
+            late.append(send(agent, "late"))  # its ring finds the bell watched: heard only
         return claims
 
     monkeypatch.setattr(runner, "dispatch_claim_due", claim_then_send)
@@ -347,24 +349,24 @@ def test_doorbell_rings_once_until_released_or_expired(broker):
     broker.delete("a2a:doorbell:job")
 
 
-def test_a_ring_nudges_the_bells_holder_and_only_the_holder_releases_it(broker):
-    nudges: list[bytes] = []
+def test_a_ring_reaches_the_bells_watcher_and_only_the_watcher_releases_it(broker):
+    rings: list[bytes] = []
     arrived = threading.Event()
 
-    def heard(holder: bytes) -> None:
-        nudges.append(holder)
+    def heard(token: bytes) -> None:
+        rings.append(token)
         arrived.set()
 
     assert doorbell.listen(heard)
     try:
-        doorbell.hold("job", "drain-a")
-        assert doorbell.ring("job") is False  # no job: the holder is nudged instead
+        doorbell.watch("job", "drain-a")
+        assert doorbell.ring("job") is False  # no job: the watching drain hears it instead
         assert arrived.wait(5)
-        assert nudges == [b"drain-a"]
-        doorbell.release("job", "drain-b")  # not its holder: still held
-        assert doorbell.holds("job", "drain-a")
+        assert rings == [b"drain-a"]
+        doorbell.release("job", "drain-b")  # not the drain watching it: still watched
+        assert doorbell.watching("job", "drain-a")
         doorbell.release("job")  # nor is a job
-        assert doorbell.holds("job", "drain-a")
+        assert doorbell.watching("job", "drain-a")
         doorbell.release("job", "drain-a")
         assert broker.get("a2a:doorbell:job") is None
         assert doorbell.ring("job") is True
@@ -379,7 +381,7 @@ def test_doorbell_without_redis_always_publishes(settings):
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is True
     doorbell.release("job")
-    assert doorbell.listen(print) is False  # no nudges either: a drain does not linger
+    assert doorbell.listen(print) is False  # nothing is heard either: a drain does not linger
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     assert doorbell.ring("job") is True
     assert doorbell.ring("job") is True
@@ -390,7 +392,7 @@ def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agen
     """The quick claim stops at the first due row it can lock: no Sort node in its plan, for
     the custom plan and for the generic one a prepared statement settles on. A sort (an id
     tie-break the index cannot give) read a batch of the backlog per claim, about 1 ms of
-    PostgreSQL's time a claim under load (docs/decisions.md, "Issue 19, fifth pass")."""
+    PostgreSQL's time a claim under load (docs/decisions.md, "The task store")."""
     from django.db import connection, transaction
 
     for i in range(40):
@@ -403,10 +405,10 @@ def test_the_claim_reads_the_due_index_in_order_without_sorting_the_backlog(agen
         "worker": "w",
         "now": now,
         "lease": now + timedelta(seconds=30),
-        "terminal": list(task_store._TERMINAL),
-        **task_store._DISPATCH_STATES,
+        "terminal": list(_TERMINAL),
+        **_DISPATCH_STATES,
     }
-    sql = task_store._claim_dispatch_sql(task_store._CLAIM_NEXT)
+    sql = _claim_dispatch_sql(_CLAIM_NEXT)
     for mode in ("force_custom_plan", "force_generic_plan"):
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
@@ -516,18 +518,18 @@ def test_a_batchs_answers_lock_every_task_row_in_id_order_the_moved_ones_too(age
                     )
 
 
-def test_a_batched_runs_answer_is_held_until_the_batch_ends_or_its_next_read(agent):
+def test_a_batched_runs_answer_is_buffered_until_the_batch_ends_or_its_next_read(agent):
     task = send(agent)
     (claim,) = dispatch_claim_due(worker="w1", limit=1)
     ctx = runner._context(claim, batched=True)
     with transaction.atomic():
         ctx.answer([{"text": "x"}], artifact_id="a")
         assert ctx.finished
-        assert ctx.held_answer is not None
-        assert Task.objects.get(pk=task.pk).task_state == S.SUBMITTED  # held: not written yet
+        assert ctx.buffered_answer is not None
+        assert Task.objects.get(pk=task.pk).task_state == S.SUBMITTED  # buffered: not written yet
         # Any read or verb of the run writes it first: the run sees its own answer.
         assert ctx.task().task_state == S.COMPLETED
-        assert ctx.held_answer is None
+        assert ctx.buffered_answer is None
     task.refresh_from_db()
     assert (task.task_state, task.last_seq) == (S.COMPLETED, 4)
 
@@ -558,12 +560,12 @@ def test_a_batchs_outbox_rows_are_written_in_one_statement_each_to_its_own_confi
     assert Delivery.objects.count() == 4 * 5
 
 
-def test_a_batch_rolled_back_leaves_no_outbox_rows_held_and_each_lone_run_writes_its_own(
+def test_a_batch_rolled_back_leaves_no_outbox_rows_collected_and_each_lone_run_writes_its_own(
     store, agent
 ):
     # The batch's outbox rows wait for its end (hooks_together). When one run raises, the
     # batch rolls back with them unwritten; each claim then runs alone and its config is owed
-    # its answer exactly once (nothing kept from the batch, nothing held back after it).
+    # its answer exactly once (nothing kept from the batch, nothing collected after it).
     from tests.webhook_checks import open_task
 
     hook = {"url": "http://127.0.0.1:9/hook"}
@@ -588,7 +590,7 @@ def test_a_batch_rolled_back_leaves_no_outbox_rows_held_and_each_lone_run_writes
         (1, "snapshot"),
         (2, "status"),  # the cancel
     ]
-    # A later write's hooks run at once: nothing is left holding them on this thread.
+    # A later write's hooks run at once: nothing is left collecting them on this thread.
     later, (config,) = open_task(agent, "later", hook)
     services.task_transition(task_id=later.pk, to_state=S.WORKING)
     assert [d.seq for d in Delivery.objects.filter(config=config).order_by("id")] == [1, 2]

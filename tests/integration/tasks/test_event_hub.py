@@ -24,7 +24,7 @@ from tasks.models import Task
 from tasks.notify import CHANNEL
 from tasks.states import TaskState
 from tests import processes
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,8 +92,8 @@ def backends(*, query: str | None = None) -> list[tuple[int, str, str]]:
 
 @pytest.fixture
 def tasks_ab(agent):
-    a = services.task_create(agent=agent, owner="o", message=user_message("a"))
-    b = services.task_create(agent=agent, owner="o", message=user_message("b"))
+    a = task_create(agent=agent, owner="o", message=user_message("a"))
+    b = task_create(agent=agent, owner="o", message=user_message("b"))
     return a, b
 
 

@@ -18,7 +18,7 @@ from tasks import services
 from tasks.dispatch import dispatch_claim, dispatch_finish
 from tasks.models import DispatchState, EventKind, ExecutorDispatch, Task, TaskEvent
 from tasks.states import TERMINAL_STATES, TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -27,7 +27,7 @@ S = TaskState
 
 
 def open_task(agent, text: str) -> Task:
-    return services.task_create(agent=agent, owner="o", message=user_message(text))
+    return task_create(agent=agent, owner="o", message=user_message(text))
 
 
 def wait_state(task: Task, *states: TaskState, timeout: float = 20) -> Task:
@@ -88,11 +88,11 @@ def test_echo_task_runs_to_completion(agent, procs):
 
 
 def test_echo_tasks_sent_one_after_another_are_run_by_one_lingering_job(agent, procs):
-    """The quick executors' drain job holds the doorbell and lingers for nudges
+    """The quick executors' drain job watches the doorbell and lingers for rings
     (tasks/executors/runner.py): echo tasks sent one after another, each as soon as the one
     before completed, are run by the job that ran the first, not by a job each. The worker's
     drain lasts up to 60 s and lingers up to 5 s (the defaults are 2 s and 0.5 s), so what
-    this shows is the hand-off by nudge, not how fast a loaded machine sends the next."""
+    this shows is the hand-off by ring, not how fast a loaded machine sends the next."""
     worker = procs.worker(A2A_DISPATCH_DRAIN_SECONDS="60", A2A_DISPATCH_DRAIN_LINGER_SECONDS="5")
     tasks = []
     for i in range(3):

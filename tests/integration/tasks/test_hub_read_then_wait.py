@@ -14,7 +14,7 @@ from a2a_platform.lib.orm import run_orm
 from tasks import selectors, services
 from tasks.event_hub import EventHub
 from tasks.states import TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.integration.tasks.test_event_hub import in_thread, progress, run, until, waiting_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def task(agent):
-    return services.task_create(agent=agent, owner="o", message=user_message("a"))
+    return task_create(agent=agent, owner="o", message=user_message("a"))
 
 
 def last_seq_of(task):

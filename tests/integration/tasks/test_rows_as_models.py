@@ -19,7 +19,7 @@ from tasks import selectors, services
 from tasks.models import Artifact, ExecutorDispatch, Message, MessageReceipt, Task, TaskEvent
 from tasks.states import TaskState
 from tasks.task_store import get_task_store
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def postgres_store(settings):
 
 @pytest.fixture
 def task(agent) -> Task:
-    task = services.task_create(agent=agent, owner="o", message=user_message("one"))
+    task = task_create(agent=agent, owner="o", message=user_message("one"))
     services.task_add_artifact(
         task_id=task.pk, artifact={"artifactId": "a", "parts": [{"text": "x"}]}, last_chunk=True
     )

@@ -8,7 +8,7 @@ from tasks import services, task_store
 from tasks.executors import runner
 from tasks.models import DispatchState, ExecutorDispatch
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 from tests.spies import Call, spy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ def releases(monkeypatch) -> list[Call]:
 
 def _task_and_dispatch(executor: str, text: str = "hi"):
     agent = AgentFactory(executor=executor)
-    task = services.task_create(agent=agent, owner="o", message=user_message(text))
+    task = task_create(agent=agent, owner="o", message=user_message(text))
     return task, ExecutorDispatch.objects.get(task=task)
 
 

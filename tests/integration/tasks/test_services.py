@@ -1,6 +1,6 @@
 """Lifecycle services on PostgreSQL: one transaction each, events gap-free, rules enforced.
 
-Every test runs through both task stores (tasks/task_store.py): the prepared statements
+Every test runs through both task stores (tasks/task_store/): the prepared statements
 production runs and the ORM twin the embedded SQLite database runs.
 """
 
@@ -12,7 +12,7 @@ from tasks.errors import InvalidPayload, TaskNotFound, TaskTerminal
 from tasks.models import DispatchState, ExecutorDispatch, MessageReceipt, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ def test_task_create_writes_task_message_event_and_dispatch(
     agent, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks() as callbacks:
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("hi"))
+        task = task_create(agent=agent, owner="anonymous", message=user_message("hi"))
     assert task.state == TaskState.SUBMITTED
     assert task.last_seq == 1
     event = TaskEvent.objects.get(task=task)
@@ -45,20 +45,18 @@ def test_task_create_writes_task_message_event_and_dispatch(
 
 def test_task_create_rejects_agent_role_and_empty_parts(agent):
     with pytest.raises(InvalidPayload) as exc:
-        services.task_create(
-            agent=agent, owner="a", message={**user_message(), "role": "ROLE_AGENT"}
-        )
+        task_create(agent=agent, owner="a", message={**user_message(), "role": "ROLE_AGENT"})
     assert exc.value.field == "message.role"
     with pytest.raises(InvalidPayload) as exc:
-        services.task_create(agent=agent, owner="a", message={**user_message(), "parts": []})
+        task_create(agent=agent, owner="a", message={**user_message(), "parts": []})
     assert exc.value.field == "message.parts"
     with pytest.raises(InvalidPayload):
-        services.task_create(agent=agent, owner="a", message={**user_message(), "parts": [{}]})
+        task_create(agent=agent, owner="a", message={**user_message(), "parts": [{}]})
     assert Task.objects.count() == 0
 
 
 def test_task_transition_appends_ordered_events(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.WORKING, message="thinking")
     services.task_add_artifact(
         task_id=task.id, artifact={"artifactId": "a1", "parts": [{"text": "x"}]}
@@ -71,7 +69,7 @@ def test_task_transition_appends_ordered_events(agent):
 
 
 def test_task_transition_illegal_move_changes_nothing(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.COMPLETED)
     with pytest.raises(IllegalTransition) as exc:
         services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
@@ -92,7 +90,7 @@ def test_task_transition_unknown_task(agent):
 
 
 def test_task_add_artifact_assembles_chunks(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     for i in range(3):
         services.task_add_artifact(
             task_id=task.id,
@@ -113,7 +111,7 @@ def test_task_add_artifact_assembles_chunks(agent):
 
 
 def test_task_append_message_continues_and_refuses_terminal(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_transition(task_id=task.id, to_state=TaskState.INPUT_REQUIRED, message="more?")
     task.dispatches.update(state=DispatchState.DONE)
     services.task_append_message(task_id=task.id, message=user_message("more"))
@@ -128,7 +126,7 @@ def test_task_append_message_continues_and_refuses_terminal(agent):
 
 
 def test_task_cancel_terminal_is_not_cancelable(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     services.task_cancel(task_id=task.id)
     with pytest.raises(IllegalTransition) as exc:
         services.task_cancel(task_id=task.id)
@@ -136,7 +134,7 @@ def test_task_cancel_terminal_is_not_cancelable(agent):
 
 
 def test_status_timestamp_strictly_increases(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     stamps = [task.status_timestamp]
     for _ in range(20):
         task = services.task_transition(task_id=task.id, to_state=TaskState.WORKING)
@@ -150,7 +148,7 @@ def test_notify_is_sent_once_per_task_per_transaction(agent, transactional_db):
 
     from tests.processes import test_database_url
 
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     with psycopg.connect(test_database_url(), autocommit=True) as listener:
         listener.execute("LISTEN a2a_task_events")
         with transaction.atomic():
@@ -167,7 +165,7 @@ def test_notify_is_sent_once_per_task_per_transaction(agent, transactional_db):
 def test_lifecycle_writes_read_back_as_the_orm_wrote_them(agent):
     """What a service returns is what is stored: status message JSON (and its absence),
     answered_with_message, last seq, updated_at, and the event rows' payloads."""
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     working = services.task_transition(task_id=task.id, to_state=TaskState.WORKING, message="hm")
     assert Task.agent.is_cached(working)  # the lock read it: no query when a dispatch asks
     assert working.agent.pk == agent.pk
@@ -194,7 +192,7 @@ def test_lifecycle_writes_read_back_as_the_orm_wrote_them(agent):
 
 
 def test_an_artifact_with_an_existing_id_replaces_it_in_place(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     first = {"artifactId": "r", "name": "one", "parts": [{"text": "a"}], "metadata": {"k": 1}}
     services.task_add_artifact(task_id=task.id, artifact=first, last_chunk=True)
     created = task.artifacts.get()
@@ -230,7 +228,7 @@ def test_a_rolled_back_event_leaves_the_task_as_it_was(agent, transactional_db):
 
     from tests.processes import test_database_url
 
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
 
     def write_then_fail() -> None:
         with transaction.atomic():
@@ -253,7 +251,7 @@ def test_a_rolled_back_event_leaves_the_task_as_it_was(agent, transactional_db):
 
 
 def test_snapshot_reads_scope_by_owner_and_keep_history_order(agent):
-    task = services.task_create(agent=agent, owner="a", message=user_message("m1"))
+    task = task_create(agent=agent, owner="a", message=user_message("m1"))
     services.task_transition(task_id=task.id, to_state=TaskState.INPUT_REQUIRED, message="more?")
     services.task_append_message(task_id=task.id, message=user_message("m2"))
     for art in ("x", "y"):
@@ -348,7 +346,7 @@ def test_task_send_new_writes_many_sends_at_once_each_with_its_own_outcome(agent
 def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):
     """Outermost services (durable): folded into a caller's transaction, their NOTIFY and
     jobs would silently move to the caller's commit."""
-    task = services.task_create(agent=agent, owner="a", message=user_message())
+    task = task_create(agent=agent, owner="a", message=user_message())
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
         services.task_send(agent=agent, owner="a", message=user_message())
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
@@ -365,7 +363,9 @@ def test_task_send_and_task_cancel_refuse_a_surrounding_transaction(agent):
         ({"message_id": "m" * 256}, "message.messageId"),
     ],
 )
-def test_a_parsed_message_is_held_to_the_wire_rules_and_nothing_is_written(agent, change, field):
+def test_a_parsed_message_is_checked_against_the_wire_rules_and_nothing_is_written(
+    agent, change, field
+):
     """A caller may hand task_send a message it parsed itself (a proto): it is checked by the
     rules a client's JSON is (wire.check_message), not trusted."""
     message = wire.parse_message(user_message("hi"))

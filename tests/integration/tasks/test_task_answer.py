@@ -8,7 +8,7 @@ from tasks.errors import TaskTerminal
 from tasks.models import EventKind, Task, TaskEvent
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 from tests.statements import statements, task_locks
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def store(request, settings):
 
 
 def open_task(agent) -> Task:
-    return services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    return task_create(agent=agent, owner="o", message=user_message("hi"))
 
 
 def events(task: Task) -> list[tuple[int, str, str]]:

@@ -2,7 +2,7 @@
 
 Every status change adds an entry to each index of the task row, so an index a composite or
 unique index already leads with, or a LIKE twin no query uses, is paid for on every task
-transition for nothing (docs/decisions.md, "Issue 19, fifth pass"). Checked on the test's
+transition for nothing (docs/decisions.md, "The task store"). Checked on the test's
 PostgreSQL and, through a migration there and back, on the embedded SQLite store.
 """
 

@@ -40,7 +40,7 @@ from tasks.task_store import (
     TaskStore,
     get_task_store,
 )
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, task_create
 
 pytestmark = pytest.mark.django_db
 
@@ -551,7 +551,7 @@ def test_open_tasks_writes_many_tasks_each_only_with_its_receipt(agent):
 def test_services_and_selectors_use_the_store_the_setting_chooses(
     agent, settings, monkeypatch, choice
 ):
-    from tasks import selectors, services
+    from tasks import selectors
     from tests.factories import user_message
 
     settings.A2A_STORE = choice
@@ -566,7 +566,7 @@ def test_services_and_selectors_use_the_store_the_setting_chooses(
                 return _original(self, *args)
 
             monkeypatch.setattr(cls, method, spy)
-    task = services.task_create(agent=agent, owner="o", message=user_message())
+    task = task_create(agent=agent, owner="o", message=user_message())
     assert selectors.task_for_owner(agent_id=agent.pk, owner="o", task_id=task.pk) is not None
     prefix = {"orm": "OrmTaskStore", "postgres": "PgTaskStore"}[choice]
     assert used == [f"{prefix}.open_tasks", f"{prefix}.visible"]

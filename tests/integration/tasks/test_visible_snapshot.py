@@ -7,7 +7,7 @@ import pytest
 from tasks import selectors, services, task_store, wire
 from tasks.models import Artifact, Message, Task
 from tasks.states import TaskState
-from tests.factories import user_message
+from tests.factories import task_create, user_message
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ def values(obj) -> tuple:
 
 @pytest.fixture
 def task(agent) -> Task:
-    task = services.task_create(agent=agent, owner="o", message=user_message("one"))
+    task = task_create(agent=agent, owner="o", message=user_message("one"))
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     services.task_add_artifact(
         task_id=task.pk,
@@ -78,7 +78,7 @@ def check(task, found, limit):
 
 
 def test_a_task_without_artifacts_has_none(agent):
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     _, history, artifacts = read(agent_id=agent.pk, owner="o", task_id=task.pk, history_length=None)
     assert artifacts == []
     assert [m.parts for m in history] == [[{"text": "hi"}]]
@@ -102,7 +102,7 @@ def test_foreign_unknown_and_malformed_ids_are_none(task):
 def test_several_keys_in_one_call_each_get_their_own_answer(task, agent):
     # What one turn of the event loop hands the store: GetTasks of different callers, tasks
     # and history lengths, a foreign and an unknown id among them, one task asked twice.
-    other = services.task_create(agent=agent, owner="p", message=user_message("theirs"))
+    other = task_create(agent=agent, owner="p", message=user_message("theirs"))
     unknown = "00000000-0000-0000-0000-000000000000"
     asked = [
         (task.agent_id, "o", task.pk, 1),

@@ -15,7 +15,7 @@ from agents.services import api_key_create, api_key_revoke
 from tasks import services, wire
 from tasks.models import Artifact, DispatchState, ExecutorDispatch, Message, Task, TaskEvent
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,7 @@ def other_worker(client, external_agent):
 
 
 def new_task(agent, text: str = "hello") -> Task:
-    return services.task_create(agent=agent, owner="anonymous", message=user_message(text))
+    return task_create(agent=agent, owner="anonymous", message=user_message(text))
 
 
 def snapshot(task: Task) -> dict:
@@ -128,7 +128,7 @@ def test_worker_api_refuses_missing_and_bad_tokens(client, external_agent, worke
     before = snapshot(task)
     client_key = api_key_create(agent=external_agent, name="a client", kind="client")
     revoked = api_key_create(agent=external_agent, name="old", kind="worker")
-    api_key_revoke(key_id=revoked.key.pk)
+    api_key_revoke(key_id=revoked.key.pk, actor="test")
     # Right prefix, wrong secret: the digest comparison, not the lookup, must refuse it.
     prefix = worker.token.split("_")[1]
     cases = {

@@ -8,9 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agents.services import api_key_create
+from tests.deliveries import close_client
 from tests.factories import AgentFactory
 from tests.integration.protocol.conftest import wire as protocol_wire  # noqa: F401 (fixture)
-from webhooks import ssrf
+from webhooks.delivery import ssrf
 
 # A public address the SSRF policy accepts; test host names under example.org resolve to it.
 PUBLIC_V4 = "93.184.215.14"
@@ -90,8 +91,7 @@ def key(agent):
 @pytest.fixture
 def fresh_transport():
     """This process's sender starts and ends the test with no pooled connection."""
-    from webhooks import transport
 
-    transport.close_client()
+    close_client()
     yield
-    transport.close_client()
+    close_client()

@@ -16,12 +16,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from tasks import services
-from tests.factories import AgentFactory, user_message
-from webhooks.delivery import delivery_claim_head, delivery_record
-from webhooks.models import Alert, AlertKind, Delivery, DeliveryState, Endpoint, OperatorAction
+from agents.models import OperatorAction
+from tests.deliveries import delivery_claim_head, delivery_record
+from tests.factories import AgentFactory, task_create, user_message
+from webhooks.delivery.transport import TransportResult
+from webhooks.models import Alert, AlertKind, Delivery, DeliveryState, Endpoint
 from webhooks.services import endpoint_pause, push_config_create
-from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
@@ -46,7 +46,7 @@ def scene(db) -> Scene:
     agent = AgentFactory(executor="external")
 
     def registered(config_id: str, url: str) -> int:
-        task = services.task_create(agent=agent, owner="owner", message=user_message("hi"))
+        task = task_create(agent=agent, owner="owner", message=user_message("hi"))
         return push_config_create(task=task, config={"id": config_id, "url": url}).config.pk
 
     def sent(config_pk: int, status: int) -> int:
@@ -84,7 +84,9 @@ def scene(db) -> Scene:
 def staff(username: str, codenames: tuple[str, ...]):
     user = get_user_model().objects.create_user(username, password="unused", is_staff=True)
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="webhooks", codename__in=codenames)
+        Permission.objects.filter(
+            content_type__app_label__in=("webhooks", "agents"), codename__in=codenames
+        )
     )
     return user
 
@@ -179,7 +181,7 @@ def test_admin_view_only_staff_is_offered_no_action_that_writes(scene, client):
         "/admin/webhooks/alert/",
         "/admin/webhooks/delivery/",
         "/admin/webhooks/pushconfig/",
-        "/admin/webhooks/operatoraction/",
+        "/admin/agents/operatoraction/",
     ):
         assert offered_actions(client, changelist) == set(), changelist
 

@@ -1,10 +1,10 @@
 """The console's key, task and push config pages (issue 16; Django's test client, PostgreSQL).
 
 Signing keys on the agent's page: public parts only, rotation is the rebind wizard
-prefilled, a retiring key's retirement confirms, then retires through webhooks/key_actions.py
-(audited; refused while an open rebind holds the key, and to anyone without run_rebind).
-A task's page shows its channel history; a push config's page its versions with the
-credentials masked. Everything is written by the services; tasks and their push configs
+prefilled, a retiring key's retirement confirms, then retires through
+webhooks/console/key_actions.py (audited; refused while an open rebind holds the key, and to anyone
+without run_rebind). A task's page shows its channel history; a push config's page its versions
+with the credentials masked. Everything is written by the services; tasks and their push configs
 through the protocol.
 """
 
@@ -14,16 +14,16 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from agents.models import SigningKey, SigningKeyState
+from agents.models import OperatorAction, SigningKey, SigningKeyState
 from agents.signing import signing_key_rotate
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.protocol_push import open_task
-from webhooks.models import OperatorAction, PushConfig
-from webhooks.rebind import rebind_start
-from webhooks.rebind_checks import RebindRequest
+from webhooks.models import PushConfig
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.operations import rebind_start
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
@@ -80,7 +80,7 @@ def test_retiring_a_key_confirms_then_retires_and_audits(agent, superuser):
     assert (audit.actor, audit.target) == ("admin", {"agent": agent.pk, "kid": old.kid})
 
 
-def test_a_key_an_open_rebind_holds_is_not_retired(agent, superuser):
+def test_a_key_an_open_rebind_uses_is_not_retired(agent, superuser):
     in_flight(agent, {"id": "c", "url": f"{V1}t"})
     rebind = rebind_start(RebindRequest(agent=agent, rotate_key=True), actor="ops")
     assert rebind.is_open
@@ -91,7 +91,7 @@ def test_a_key_an_open_rebind_holds_is_not_retired(agent, superuser):
 
     response = superuser.post(f"/admin/webhooks/rebind/retire-key/{held.pk}/", follow=True)
 
-    assert f"held by open rebind {rebind.pk}" in response.content.decode()
+    assert f"in use by open rebind {rebind.pk}" in response.content.decode()
     held.refresh_from_db()
     assert (held.state, held.retired_at) == before
     assert not OperatorAction.objects.filter(action="retire_signing_key").exists()
@@ -132,7 +132,7 @@ def test_task_page_shows_its_channel_history(agent, superuser):
     # v1 takes no new deliveries (retired) but still carries the notice; v2 waits for it.
     assert "<td>c.v1</td><td>retired</td><td>https://hooks.example.org/v1/t?…</td>" in html
     assert "<td>c.v2</td><td>waiting</td><td>https://hooks.example.org/v2/t?…</td>" in html
-    # The move: its rebind linked, its state by its label (webhooks/admin.py).
+    # The move: its rebind linked, its state by its label (webhooks/admin/push_configs.py).
     link = f'<a href="/admin/webhooks/rebind/{rebind.pk}/change/">{str(rebind.pk)[:8]}</a>'
     assert (
         f"<td>{link}</td><td>c</td><td>v1 → v2</td><td>notice pending on the old channel</td>"

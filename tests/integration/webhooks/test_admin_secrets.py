@@ -23,8 +23,8 @@ from tasks.states import TaskState
 from tests import protocol_push
 from tests.factories import AgentFactory
 from webhooks.models import PushBinding, PushConfig, Rebind
-from webhooks.rebind import rebind_start
-from webhooks.rebind_checks import RebindRequest
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.operations import rebind_start
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 

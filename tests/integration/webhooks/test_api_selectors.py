@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 from tests.protocol_push import task_with_push
-from webhooks.delivery_actions import delivery_retry_now
-from webhooks.models import Delivery, Endpoint, OperatorAction
-from webhooks.rebind import RebindRequest, rebind_cutover, rebind_orphans, rebind_start
+from webhooks.console.delivery_actions import delivery_retry_now
+from webhooks.models import Delivery, Endpoint
+from webhooks.rebinds.operations import RebindRequest, rebind_cutover, rebind_orphans, rebind_start
 from webhooks.selectors import endpoint_health, task_channel_history
 from webhooks.services import push_config_create, push_config_delete
 
@@ -47,7 +48,7 @@ def test_channel_history_takes_four_queries_whatever_its_length(django_assert_nu
 def test_endpoint_health_takes_three_queries_for_a_page(django_assert_max_num_queries):
     agent = AgentFactory(executor="external")
     for i in range(6):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message("x"))
+        task = task_create(agent=agent, owner="anonymous", message=user_message("x"))
         push_config_create(task=task, config={"id": "c", "url": f"https://e{i}.example.org/t"})
     page = list(Endpoint.objects.all())
     with django_assert_max_num_queries(3):
@@ -58,7 +59,7 @@ def test_endpoint_health_takes_three_queries_for_a_page(django_assert_max_num_qu
 
 def test_retry_now_refuses_a_deleted_configs_delivery():
     agent = AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="anonymous", message=user_message("x"))
+    task = task_create(agent=agent, owner="anonymous", message=user_message("x"))
     push_config_create(task=task, config={"id": "c", "url": "https://e.example.org/t"})
     push_config_delete(task=task, config_id="c")
     snapshot = Delivery.objects.get(task=task)

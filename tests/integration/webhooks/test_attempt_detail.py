@@ -1,6 +1,6 @@
 """Each attempt keeps its failure in words, not only its class (issue 16, delivery triage).
 
-Real sends through webhooks/transport.py to receivers in this process (a closed port, a
+Real sends through webhooks/delivery/transport.py to receivers in this process (a closed port, a
 hanging or failing HTTP receiver, an https receiver with an expired certificate, a name that
 does not resolve), recorded by the real claim and record services through both outbox
 stores: the attempt row's `error_detail` is what the admin's timeline shows. The URL's path
@@ -13,15 +13,14 @@ import socket
 
 import pytest
 
-from tasks import services
-from tests.factories import AgentFactory, user_message
+from tests.deliveries import delivery_claim_head, delivery_record
+from tests.factories import AgentFactory, task_create, user_message
 from tests.integration.webhooks.test_transport import Receiver
 from tests.tls import CertificateAuthority, TLSReceiver
-from webhooks import outbox_store
-from webhooks.delivery import delivery_claim_head, delivery_record
+from webhooks.delivery import outbox_store
+from webhooks.delivery.transport import TransportResult, failure_detail, post
 from webhooks.models import DeliveryAttempt
 from webhooks.services import push_config_create
-from webhooks.transport import TransportResult, failure_detail, post
 
 pytestmark = pytest.mark.usefixtures("fresh_transport")
 
@@ -61,7 +60,7 @@ def send_and_record(url: str, settings) -> DeliveryAttempt:
     sent for real and recorded; the attempt row as stored."""
     settings.A2A_WEBHOOK_TIMEOUT_SECONDS = 1
     agent = AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="owner", message=user_message("hi"))
+    task = task_create(agent=agent, owner="owner", message=user_message("hi"))
     push = push_config_create(task=task, config={"id": "c", "url": url, "token": TOKEN}).config
     claim = delivery_claim_head(config_pk=push.pk)
     assert claim is not None

@@ -1,4 +1,4 @@
-"""The operators' dashboard (webhooks/dashboard.py, its JSON view and the admin index): its
+"""The operators' dashboard (webhooks/console/dashboard.py, its JSON view and the admin index): its
 figures against the rows they are computed from, who may see them, and how many queries it
 takes (Django's test client, PostgreSQL, the clock frozen)."""
 
@@ -13,12 +13,11 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents import readiness
 from tasks import services
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
-from tests.readiness_helpers import mark_workers_live
-from webhooks import dashboard
+from tests.factories import AgentFactory, task_create, user_message
+from tests.readiness_helpers import mark_workers_live, readiness_reset
+from webhooks.console import dashboard
 from webhooks.models import (
     Alert,
     AlertKind,
@@ -47,7 +46,7 @@ class Scene:
 
 
 def registered(agent, config_id: str, url: str) -> PushConfig:
-    task = services.task_create(agent=agent, owner="owner", message=user_message("hi"))
+    task = task_create(agent=agent, owner="owner", message=user_message("hi"))
     return push_config_create(task=task, config={"id": config_id, "url": url}).config
 
 
@@ -160,7 +159,7 @@ def build_scene(time_machine) -> Scene:
         on_timeout="cutover",
         actor="ops",
     )
-    readiness.reset_for_tests()
+    readiness_reset()
     return Scene(rebind_id=str(rebind.pk))
 
 
@@ -263,7 +262,7 @@ def test_dashboard_json_is_the_index_data_for_a_superuser(scene, client):
 
     index = client.get("/admin/")
     assert index.status_code == 200
-    readiness.reset_for_tests()  # the instance's gate is cached per process for a second
+    readiness_reset()  # the instance's gate is cached per process for a second
     assert index.context["dashboard"] == client.get(JSON).json()
     html = index.content.decode()
     assert "Django administration" not in html
@@ -320,7 +319,7 @@ def test_dashboard_queries_are_bounded_whatever_the_store(scene, time_machine, c
     client.force_login(get_user_model().objects.create_superuser("root", password="unused"))
     counted = []
     for _ in range(2):
-        readiness.reset_for_tests()
+        readiness_reset()
         with CaptureQueriesContext(connection) as queries:
             assert client.get(JSON).status_code == 200
         counted.append(len(queries))
@@ -355,7 +354,7 @@ def test_dashboard_queries_are_bounded_whatever_the_store(scene, time_machine, c
 
 def test_dashboard_json_max_queries(scene, client, django_assert_max_num_queries):
     client.force_login(get_user_model().objects.create_superuser("root", password="unused"))
-    readiness.reset_for_tests()  # the gate's checks are counted too, not its cache
+    readiness_reset()  # the gate's checks are counted too, not its cache
     # Session and user (2), the gate (4: database, migrations, heartbeats), the web
     # instances, the workers, agents, deliveries, attempts, endpoints (2), alerts (2),
     # rebinds and their moves (2).

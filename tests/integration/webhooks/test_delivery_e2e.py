@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from agents.models import OperatorAction
 from agents.signing import jwks
 from tasks.models import Task
 from tests import live
@@ -41,7 +42,6 @@ from webhooks.models import (
     DeliveryAttempt,
     DeliveryState,
     Endpoint,
-    OperatorAction,
     PushConfig,
 )
 
@@ -183,6 +183,7 @@ def test_a_hanging_receiver_does_not_delay_another_config_of_the_task(
     slow_records = assert_delivered(hanging, slow, scripted_agent, token=TOKEN, exactly_once=False)
     assert min(r.at for r in slow_records if accepted(r)) > done_at
     head = deliveries(slow)[0]
+    # Not exact: how many tries timed out depends on when the receiver stopped hanging.
     assert head.attempts >= 2
     errors = DeliveryAttempt.objects.filter(delivery=head).values_list("error_class", flat=True)
     assert list(errors)[:-1] == ["timeout"] * (head.attempts - 1)

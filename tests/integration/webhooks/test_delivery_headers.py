@@ -25,6 +25,7 @@ from agents.signing import (
 )
 from tasks import services
 from tasks.states import TaskState
+from tests.deliveries import delivery_record
 from tests.factories import AgentFactory
 from tests.webhook_checks import (
     assert_delivered,
@@ -35,12 +36,12 @@ from tests.webhook_checks import (
     wait_all,
 )
 from tests.webhook_receiver import Record
-from webhooks.delivery import delivery_claim_batch, delivery_record
-from webhooks.delivery_headers import SigningKeyMissing, delivery_headers
+from webhooks.delivery.claim_record import delivery_claim_batch
+from webhooks.delivery.headers import SigningKeyMissing, delivery_headers
+from webhooks.delivery.outbox_store import get_outbox_store
+from webhooks.delivery.transport import TransportResult
 from webhooks.models import Alert, AlertKind, Delivery, DeliveryAttempt, DeliveryState
-from webhooks.outbox_store import get_outbox_store
 from webhooks.receiver import VerificationError, WebhookVerifier
-from webhooks.transport import TransportResult
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -165,7 +166,7 @@ def test_during_a_key_rotation_each_delivery_carries_a_verifying_signature_per_l
         one_key = WebhookVerifier(jwks={"keys": [jwk]})
         assert one_key.verify(during.headers, during.body).key_id == jwk["kid"]
 
-    signing_key_retire(key_id=old.pk)
+    signing_key_retire(key_id=old.pk, actor="test")
     past_the_workers_key_cache(time.monotonic())
     services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
     after = receiver.wait_for(lambda rs: len(rs) == 3, timeout=20, message="the last")[2]
@@ -203,9 +204,9 @@ OK = TransportResult(
 def test_a_keyless_agents_deliveries_wait_alerted_while_others_go_until_it_has_a_key(
     store, settings, time_machine, caplog
 ):
-    """In a claim, a keyless agent's head is held (webhooks/delivery.py): no try spent, no
-    attempt row, nothing sent unsigned; it is logged, alerted (one open alert, counted at each
-    look) and looked at again a sweep interval later, while the other agents' heads of the
+    """In a claim, a keyless agent's head is held (webhooks/delivery/claim_record.py): no try
+    spent, no attempt row, nothing sent unsigned; it is logged, alerted (one open alert, counted at
+    each look) and looked at again a sweep interval later, while the other agents' heads of the
     same batch are claimed. Once the agent has a key, its delivery goes, signed by it."""
     settings.A2A_STORE = store
     time_machine.move_to(timezone.now(), tick=False)
@@ -222,7 +223,7 @@ def test_a_keyless_agents_deliveries_wait_alerted_while_others_go_until_it_has_a
         assert not DeliveryAttempt.objects.filter(delivery=waiting).exists()
         assert not SigningKey.objects.filter(agent=keyless).exists()
 
-    with caplog.at_level(logging.ERROR, logger="webhooks.delivery"):
+    with caplog.at_level(logging.ERROR, logger="webhooks.delivery.claim_record"):
         batch = delivery_claim_batch(limit=10)
     assert [claim.config_pk for claim in batch.claims] == [sent.pk]  # the others still go
     delivery_record(claim=batch.claims[0], result=OK)

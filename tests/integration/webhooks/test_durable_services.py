@@ -1,6 +1,6 @@
 """The outermost webhooks services declare their transaction (`atomic(durable=True)`): an
 operator action or a pump's claim or record refuses to run inside a caller's transaction,
-which would silently move its commit (and its wake-ups) to the caller's. `push_config_create`
+which would silently move its commit (and its rings) to the caller's. `push_config_create`
 is not one of them: SendMessage registers its inline config inside its own transaction."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from tests.factories import AgentFactory, user_message
-from webhooks.delivery import DeliveryClaim, delivery_claim_batch, delivery_record_many
+from tests.factories import AgentFactory, task_create, user_message
+from webhooks.delivery.claim_record import DeliveryClaim, delivery_claim_batch, delivery_record_many
+from webhooks.delivery.transport import TransportResult
 from webhooks.services import (
     alert_resolve,
     delivery_replay,
@@ -17,7 +18,6 @@ from webhooks.services import (
     endpoint_resume,
     push_config_create,
 )
-from webhooks.transport import TransportResult
 
 # A claim of nothing that exists: its record finds it stale.
 NO_CLAIM = DeliveryClaim(0, 0, 0, 1, "https://hooks.example.org/a", b"", {})
@@ -47,10 +47,9 @@ def test_outermost_service_runs_on_its_own(name):
 
 
 def test_push_config_create_runs_inside_the_callers_transaction():
-    from tasks import services
 
     agent = AgentFactory(executor="external")
     with transaction.atomic():
-        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        task = task_create(agent=agent, owner="o", message=user_message("hi"))
         binding = push_config_create(task=task, config={"url": "https://hooks.example.org/a"})
     assert binding.config.task_id == task.pk

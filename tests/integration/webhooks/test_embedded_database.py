@@ -1,8 +1,8 @@
 """The outbox on the embedded database of `make run` (SQLite, file-system broker), in a
 process of its own: lifecycle writes, then registration writes the snapshot, a claim signs it,
-a record delivers it, and the next claim finds nothing (webhooks/outbox_store.OrmOutboxStore
-and tasks/task_store.OrmTaskStore for real, where test_outbox.py and test_services.py run
-them on PostgreSQL)."""
+a record delivers it, and the next claim finds nothing (webhooks/delivery/outbox_store/
+orm.py's OrmOutboxStore and tasks/task_store/orm.py's OrmTaskStore for real, where
+test_outbox.py and test_services.py run them on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import json
 from django.db import connection
 from tasks import services, task_store
 from tasks.models import TaskEvent
-from tests.factories import AgentFactory, user_message
-from webhooks import outbox_store
-from webhooks.delivery import delivery_claim_batch, delivery_record_many
+from tests.factories import AgentFactory, task_create, user_message
+from webhooks.delivery import outbox_store
+from webhooks.delivery.claim_record import delivery_claim_batch, delivery_record_many
 from webhooks.models import Delivery, DeliveryAttempt
 from webhooks.services import push_config_create
-from webhooks.transport import TransportResult
+from webhooks.delivery.transport import TransportResult
 
 agent = AgentFactory(executor="external")
-task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+task = task_create(agent=agent, owner="o", message=user_message("hi"))
 services.task_transition(task_id=task.pk, to_state="TASK_STATE_WORKING", message="on it")
 for i in range(2):
     services.task_add_artifact(

@@ -47,5 +47,5 @@ def test_jwks_of_the_default_agent_is_served_at_the_root_as_at_its_tenant_path(w
     rotating = served(wire, ROOT)
     assert kids(rotating) == [new.kid, old_kid]
     assert rotating == served(wire, tenant_path) == jwks(agent)
-    signing_key_retire(key_id=agent.signing_keys.get(kid=old_kid).pk)
+    signing_key_retire(key_id=agent.signing_keys.get(kid=old_kid).pk, actor="test")
     assert kids(served(wire, ROOT)) == kids(served(wire, tenant_path)) == [new.kid]

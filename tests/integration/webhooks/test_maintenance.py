@@ -1,5 +1,5 @@
-"""The sweeper's vacuum of the delivery queue's tables (webhooks/maintenance.py), on the real
-PostgreSQL: dead row versions pile up with every claim and record, and the claim's index
+"""The sweeper's vacuum of the delivery queue's tables (webhooks/delivery/maintenance.py), on the
+real PostgreSQL: dead row versions pile up with every claim and record, and the claim's index
 scans pay for each until a vacuum."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from tests.factories import AgentFactory
 from tests.webhook_checks import configure, open_task
+from webhooks.delivery.maintenance import QUEUE_TABLES, vacuum_queue_tables
 from webhooks.jobs import sweep_deliveries_job
-from webhooks.maintenance import QUEUE_TABLES, vacuum_queue_tables
 from webhooks.models import PushConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)  # VACUUM cannot run in a transaction

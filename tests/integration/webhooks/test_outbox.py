@@ -6,7 +6,7 @@ Time is moved with time_machine; DNS answers a public address for the test host 
 
 Every test runs twice, the store picked by `settings.A2A_STORE`: through the PostgreSQL
 statements production runs and through the ORM statements of the embedded database
-(webhooks/outbox_store.py), so both keep one policy.
+(webhooks/delivery/outbox_store/), so both keep one policy.
 """
 
 from __future__ import annotations
@@ -22,18 +22,20 @@ from django.db import connection, transaction
 from django.utils import timezone
 from google.protobuf import json_format
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.deliveries import delivery_claim_head, delivery_record
+from tests.factories import AgentFactory, task_create, user_message
 from tests.locks import held_open, in_thread, wait_for_a_lock_waiter
-from webhooks import outbox_store
-from webhooks.delivery import (
+from webhooks.delivery import outbox_store
+from webhooks.delivery.claim_record import (
     delivery_claim_batch,
-    delivery_claim_head,
-    delivery_record,
     delivery_record_many,
 )
+from webhooks.delivery.retention import purge_old_rows
+from webhooks.delivery.transport import TransportResult
 from webhooks.models import (
     Alert,
     AlertKind,
@@ -41,10 +43,8 @@ from webhooks.models import (
     DeliveryAttempt,
     DeliveryState,
     Endpoint,
-    OperatorAction,
     PushConfig,
 )
-from webhooks.retention import purge_old_rows
 from webhooks.services import (
     delivery_replay,
     endpoint_pause,
@@ -52,7 +52,6 @@ from webhooks.services import (
     push_config_create,
 )
 from webhooks.services import push_config_delete as delete_config
-from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns", "outbox")
 
@@ -88,7 +87,7 @@ def schedules(settings):
 
 
 def new_task(agent, owner: str = "owner") -> Task:
-    return services.task_create(agent=agent, owner=owner, message=user_message("hi"))
+    return task_create(agent=agent, owner=owner, message=user_message("hi"))
 
 
 def register(task: Task, config_id: str, url: str = HOOK, **config) -> PushConfig:
@@ -466,7 +465,7 @@ def test_lease_gives_at_least_once(agent, clock, schedules):
     )
 
 
-def test_claim_skips_a_config_another_claimer_holds(transactional_db, agent):
+def test_claim_skips_a_config_another_claimer_has_locked(transactional_db, agent):
     task = new_task(agent)
     push = register(task, "a")
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
@@ -695,7 +694,7 @@ def test_final_failures_are_dead_at_once_and_the_next_delivery_goes(agent, clock
     assert nxt.delivery_pk == second.pk
 
 
-def test_paused_endpoint_holds_its_deliveries(agent, clock, schedules):
+def test_a_paused_endpoints_deliveries_wait(agent, clock, schedules):
     task = new_task(agent)
     push = register(task, "a")
     (delivery,) = deliveries(push)

@@ -16,18 +16,19 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
 
-from tasks import services
-from tests.factories import AgentFactory, user_message
-from webhooks import outbox_store
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, Endpoint, PushConfig
-from webhooks.outbox_store import (
+from tests.factories import AgentFactory, task_create, user_message
+from webhooks.delivery import outbox_store
+from webhooks.delivery.outbox_store import (
     AttemptResult,
     NewAttempt,
     OrmOutboxStore,
     OutboxEvent,
     PgOutboxStore,
     get_outbox_store,
+    postgres,
 )
+from webhooks.delivery.outbox_store.postgres import _insert_fields
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, Endpoint, PushConfig
 from webhooks.services import push_config_create
 
 pytestmark = pytest.mark.usefixtures("public_dns")
@@ -61,8 +62,8 @@ def outbox(db, clock):
     - `later`: its head due in a minute.
     """
     agent = AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
-    other = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
+    other = task_create(agent=agent, owner="o", message=user_message("hi"))
     pushes = {
         "retried": register(task, "retried", "https://a.example.org/hook"),
         "parked": register(task, "parked", "https://b.example.org/hook"),
@@ -174,7 +175,7 @@ def test_outbox_write_of_several_tasks_owes_each_event_to_its_own_tasks_configs(
     # of a task without configs, in one call; each config gets its own task's, in order.
     task, pushes = outbox
     other = pushes["in_flight"].task_id
-    lone = services.task_create(agent=task.agent, owner="o", message=user_message("no configs")).pk
+    lone = task_create(agent=task.agent, owner="o", message=user_message("no configs")).pk
     before = Delivery.objects.order_by("id").last().pk
     events = [
         OutboxEvent(task.pk, 7, "status", '{"t":7}'),
@@ -294,9 +295,20 @@ def test_get_outbox_store_refuses_postgres_on_another_database(settings, monkeyp
         get_outbox_store()
 
 
+def statements() -> dict[str, str]:
+    """The PostgreSQL store's statements by name (what the schema-drift test reads)."""
+    return {
+        "outbox_write": postgres._outbox_write_sql(),
+        "claim_read": postgres._claim_read_sql(),
+        "claim_write": postgres._claim_write_sql(),
+        "record_read": postgres._record_read_sql(),
+        "record_write": postgres._record_write_sql(),
+    }
+
+
 def _inserted_columns(table: str) -> set[str]:
     found = set()
-    for sql in outbox_store.statements().values():
+    for sql in statements().values():
         for columns in re.findall(rf"INSERT INTO {table} \(([^)]*)\)", sql):
             found |= {c.strip() for c in columns.split(",")}
     return found
@@ -318,4 +330,4 @@ def test_postgres_inserts_name_every_required_field(model):
 
 def test_an_insert_leaving_out_a_required_field_is_refused():
     with pytest.raises(ImproperlyConfigured, match="missing"):
-        outbox_store._insert_fields(DeliveryAttempt, {"delivery": "1", "number": "1"})
+        _insert_fields(DeliveryAttempt, {"delivery": "1", "number": "1"})

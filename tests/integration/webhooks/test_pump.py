@@ -1,5 +1,5 @@
-"""The delivery pump in this process (webhooks/pump.py) against a real receiver process, and
-its wake-ups through the real Redis broker (webhooks/wake.py).
+"""The delivery pump in this process (webhooks/delivery/pump.py) against a real receiver process,
+and its bell through the real Redis broker (webhooks/delivery/bell.py).
 
 Worker processes running pumps are tested in test_delivery_e2e.py and tests/fault/webhooks.
 """
@@ -18,15 +18,19 @@ from django.db import connection, transaction
 
 from tasks import services
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.factories import AgentFactory, task_create, user_message
 from tests.processes import wait_until
 from tests.webhook_checks import configure
-from webhooks import pump, wake
-from webhooks.delivery import delivery_claim_batch, delivery_record_many, relaxed_commits
+from webhooks.delivery import bell, pump
+from webhooks.delivery.claim_record import (
+    delivery_claim_batch,
+    delivery_record_many,
+    relaxed_commits,
+)
+from webhooks.delivery.pump import run_pump
+from webhooks.delivery.transport import TransportResult
 from webhooks.models import Delivery, DeliveryState
-from webhooks.pump import run_pump
 from webhooks.services import push_config_create
-from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,14 +42,14 @@ def _loopback(settings):
 
 @pytest.fixture
 def broker():
-    """The test broker's Redis, with the wake flag and the `webhooks` queue emptied."""
+    """The test broker's Redis, with the pumps' bell and the `webhooks` queue emptied."""
     url = django_settings.CELERY_BROKER_URL
     # `make test` runs against Redis (it stops with a hint when Redis is unreachable).
     assert url.startswith("redis://"), f"the tests need a Redis broker, not {url}"
     client = redis.Redis.from_url(url)
 
     def clean() -> None:
-        client.delete(wake.FLAG_KEY, "webhooks", *client.keys(f"{wake.FLAG_KEY}:*"))
+        client.delete(bell.BELL_KEY, "webhooks", *client.keys(f"{bell.BELL_KEY}:*"))
 
     clean()
     yield client
@@ -65,7 +69,7 @@ def queued(client) -> int:
 def task_pushing_to(url: str, agent=None):
     """A task with one push config to `url` (its snapshot delivery owed)."""
     agent = agent or AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     push_config_create(task=task, config={"id": "a", "url": url})
     return task
 
@@ -73,9 +77,9 @@ def task_pushing_to(url: str, agent=None):
 @contextlib.contextmanager
 def pump_in_a_thread(broker):
     """`run_pump()` on a thread of its own, as a worker would run it (the test runs the pump
-    itself: no job, no flag left from the set-up). Yields the list its PumpRun lands in; the
+    itself: no job, no bell left from the set-up). Yields the list its PumpRun lands in; the
     thread is joined at the end."""
-    broker.delete("webhooks", wake.FLAG_KEY)
+    broker.delete("webhooks", bell.BELL_KEY)
     runs: list[pump.PumpRun] = []
 
     def pumping() -> None:
@@ -93,68 +97,72 @@ def pump_in_a_thread(broker):
     assert not thread.is_alive()
 
 
-def test_wake_publishes_once_until_a_pump_claims(broker):
-    assert wake.wake() is True
+def test_a_ring_publishes_once_until_a_pump_claims(broker):
+    assert bell.ring() is True
     assert queued(broker) == 1
-    assert wake.wake() is True  # the flag is set: the queued pump will claim this too
+    assert bell.ring() is True  # the bell names the job: the queued pump will claim this too
     assert queued(broker) == 1
-    assert broker.pttl(wake.FLAG_KEY) > 0  # a lost job's flag expires
+    assert broker.pttl(bell.BELL_KEY) > 0  # a lost job's bell expires
 
-    wake.hold()  # a pump claims ...
-    assert wake.wake() is True
+    bell.watch()  # a pump claims ...
+    assert bell.ring() is True
     assert queued(broker) == 1
-    wake.release()  # ... and stops claiming: the next write needs a job again
-    assert wake.wake() is True
+    bell.release()  # ... and stops claiming: the next write needs a job again
+    assert bell.ring() is True
     assert queued(broker) == 2
 
-    assert wake.wake(force=True) is True  # a starting worker's
+    assert bell.ring(force=True) is True  # a starting worker's
     assert queued(broker) == 3
 
 
-def test_a_nudge_reaches_the_pump_holding_the_flag_only(broker):
-    """Two pumps listen (as in two workers); a write nudges the one holding the flag, so the
-    other does not claim for it. A pump clears only its own flag."""
+def test_a_ring_reaches_the_pump_watching_the_bell_only(broker):
+    """Two pumps listen (as in two workers); a write's ring reaches the one watching the bell,
+    so the other does not claim for it. A pump releases the bell only when it names it."""
     pumps = {"a": pump._Signals(), "b": pump._Signals()}
     for signals in pumps.values():
-        assert wake.listen(signals.nudge)
+        assert bell.listen(signals.hear)
     try:
-        time.sleep(0.3)  # the subscription is up
-        wake.hold(pumps["a"].token)
-        assert wake.wake() is True
-        assert pumps["a"].nudged.wait(5)
-        assert queued(broker) == 0  # the holder claims it: no job
-        time.sleep(0.2)  # a nudge for b would have arrived by now
-        assert not pumps["b"].nudged.is_set()
-        wake.hold(pumps["b"].token)  # b takes the flag over
-        wake.release(pumps["a"].token)  # a stops: b's flag stays
-        assert broker.get(wake.FLAG_KEY) == pumps["b"].token.encode()
-        pumps["a"].nudged.clear()
-        assert wake.wake() is True
-        assert pumps["b"].nudged.wait(5)
-        time.sleep(0.2)  # a nudge for a would have arrived by now
-        assert not pumps["a"].nudged.is_set()
+        bell.watch(pumps["a"].token)
+        # The process's subscriber comes up in the background: ring until the watching pump hears
+        # one (the bell watched, each ring publishes no job).
+        wait_until(
+            lambda: bell.ring() is True and pumps["a"].rung.wait(0.2),
+            timeout=10,
+            message="a ring heard by the pump watching the bell",
+        )
+        assert queued(broker) == 0  # the watching pump claims it: no job
+        time.sleep(0.2)  # a ring for b would have arrived by now
+        assert not pumps["b"].rung.is_set()
+        bell.watch(pumps["b"].token)  # b takes the bell over
+        bell.release(pumps["a"].token)  # a stops: the bell still names b
+        assert broker.get(bell.BELL_KEY) == pumps["b"].token.encode()
+        pumps["a"].rung.clear()
+        assert bell.ring() is True
+        assert pumps["b"].rung.wait(5)
+        time.sleep(0.2)  # a ring for a would have arrived by now
+        assert not pumps["a"].rung.is_set()
         assert queued(broker) == 0
     finally:
         for signals in pumps.values():
-            wake.unlisten(signals.nudge)
+            bell.unlisten(signals.hear)
 
 
-def test_without_redis_every_wake_publishes(broker, settings):
-    """`make run`'s file-system broker has no flag to share: nothing is coalesced, nothing is
+def test_without_redis_every_ring_publishes(broker, settings):
+    """`make run`'s file-system broker has no bell to share: nothing is coalesced, nothing is
     skipped. (The Celery app keeps publishing to the test broker, which lets us count.)"""
     settings.CELERY_BROKER_URL = "filesystem://"
     for _ in range(3):
-        assert wake.wake() is True
-    wake.hold()
-    wake.release()
+        assert bell.ring() is True
+    bell.watch()
+    bell.release()
     assert queued(broker) == 3
-    assert not broker.exists(wake.FLAG_KEY)
+    assert not broker.exists(bell.BELL_KEY)
 
 
-def test_a_transaction_wakes_once_however_many_events_it_writes(broker, settings):
-    settings.CELERY_BROKER_URL = "filesystem://"  # every wake publishes a job: count them
+def test_a_transaction_rings_once_however_many_events_it_writes(broker, settings):
+    settings.CELERY_BROKER_URL = "filesystem://"  # every ring publishes a job: count them
     agent = AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     push_config_create(task=task, config={"id": "a", "url": "http://127.0.0.1:9/h"})
     broker.delete("webhooks")
 
@@ -169,7 +177,7 @@ def test_a_transaction_wakes_once_however_many_events_it_writes(broker, settings
     assert queued(broker) == 1
     assert Delivery.objects.filter(task=task, kind="artifact").count() == 3
 
-    # A savepoint that rolls back takes its wake along; an event after it wakes again.
+    # A savepoint that rolls back takes its ring along; an event after it rings again.
     with transaction.atomic():
         with contextlib.suppress(RuntimeError), transaction.atomic():
             artifact("gone")
@@ -178,19 +186,19 @@ def test_a_transaction_wakes_once_however_many_events_it_writes(broker, settings
     assert queued(broker) == 2
 
 
-def test_timed_wakes_coalesce_per_quarter_second(broker):
+def test_timed_rings_coalesce_per_quarter_second(broker):
     """Retry and cap hints publish delayed jobs: one per quarter second of due time, not one
     per hint."""
     for _ in range(5):
-        assert wake.wake(countdown=30) is True
+        assert bell.ring(countdown=30) is True
     assert 1 <= queued(broker) <= 2  # the five fell in one or two quarter-second buckets
-    assert wake.wake(countdown=60) is True  # another due time: another job
+    assert bell.ring(countdown=60) is True  # another due time: another job
     assert 2 <= queued(broker) <= 3
 
 
-def test_every_event_write_wakes_once_per_burst(broker):
+def test_every_event_write_rings_once_per_burst(broker):
     agent = AgentFactory(executor="external")
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     push_config_create(task=task, config={"id": "a", "url": "http://127.0.0.1:9/hook"})
     services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
     services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
@@ -203,7 +211,7 @@ def test_one_pump_delivers_every_backlog_in_order(receivers, broker):
     agent = AgentFactory(executor="external")
     tasks = []
     for _ in range(6):
-        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        task = task_create(agent=agent, owner="o", message=user_message("hi"))
         push_config_create(task=task, config={"id": "a", "url": receiver.url})
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
         for i in range(3):
@@ -229,15 +237,13 @@ def test_one_pump_delivers_every_backlog_in_order(receivers, broker):
     assert sorted(seqs) == sorted(str(task.pk) for task in tasks)
     for received in seqs.values():
         assert received == sorted(received)  # per config, strictly in order
-    assert not broker.exists(wake.FLAG_KEY)  # released: the next write wakes a new pump
+    assert not broker.exists(bell.BELL_KEY)  # released: the next write rings for a new pump
 
 
-def test_a_lingering_pump_is_nudged_to_new_writes_without_a_job(
-    receivers, broker, settings, monkeypatch
-):
-    """A pump out of work holds the flag for A2A_WEBHOOK_PUMP_LINGER_SECONDS: a write then
-    publishes no job but a nudge, and the pump claims at once. Its own poll is an hour apart
-    here, so only the nudge can have brought the write in while the flag was still held."""
+def test_a_lingering_pump_hears_new_writes_without_a_job(receivers, broker, settings, monkeypatch):
+    """A pump out of work watches the bell for A2A_WEBHOOK_PUMP_LINGER_SECONDS: a write's ring
+    then publishes no job, the pump hears it and claims at once. Its own poll is an hour apart
+    here, so only the ring can have brought the write in while the pump still watched."""
     settings.A2A_WEBHOOK_PUMP_SECONDS = 4  # the pump ends here, lingering or not
     settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
     monkeypatch.setattr(pump, "POLL_SECONDS", 3600)
@@ -249,7 +255,7 @@ def test_a_lingering_pump_is_nudged_to_new_writes_without_a_job(
         time.sleep(0.5)  # recorded, claimed again, found nothing: lingering
         services.task_transition(task_id=task.pk, to_state=TaskState.WORKING)
         records = receiver.wait_for(lambda rs: len(rs) >= 2, message="the working update")
-        assert broker.exists(wake.FLAG_KEY)  # received while the pump still held the flag
+        assert broker.exists(bell.BELL_KEY)  # received while the pump still watched the bell
         assert queued(broker) == 0  # the write published no job
     assert [r.seq for r in records] == [1, 2]
     assert (runs[0].claimed, runs[0].delivered) == (2, 2)
@@ -257,7 +263,7 @@ def test_a_lingering_pump_is_nudged_to_new_writes_without_a_job(
 
 def test_at_a_low_rate_a_pump_claims_once_per_event(receivers, broker, settings, monkeypatch):
     """Events one at a time, each recorded before the next is written: the pump claims once
-    for each (on its nudge), not again after each record, where nothing is left to find."""
+    for each (on its ring), not again after each record, where nothing is left to find."""
     settings.A2A_WEBHOOK_PUMP_SECONDS = 4
     settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
     monkeypatch.setattr(pump, "POLL_SECONDS", 3600)  # no claim comes from polling
@@ -276,24 +282,24 @@ def test_at_a_low_rate_a_pump_claims_once_per_event(receivers, broker, settings,
                 task_id=task.pk, artifact={"artifactId": f"a{i}", "parts": [{"text": "x"}]}
             )
             wait_until(all_delivered, message=f"artifact {i}")
-        with transaction.atomic():  # three at once: one nudge; each record leaves the next due
+        with transaction.atomic():  # three at once: one ring; each record leaves the next due
             for i in range(3, 6):
                 services.task_add_artifact(
                     task_id=task.pk, artifact={"artifactId": f"a{i}", "parts": [{"text": "x"}]}
                 )
         wait_until(all_delivered, timeout=3, message="the three, without a poll")
     assert (runs[0].claimed, runs[0].delivered) == (8, 8)
-    # One claim per delivery (the transaction's three wake it once) and the last one, which
+    # One claim per delivery (the transaction's three ring once) and the last one, which
     # found nothing before the pump stopped. (Claiming after every record as well made 16.)
     assert runs[0].claims == 8 + 1
 
 
-def test_past_its_deadline_a_pump_claims_on_until_its_successor_holds_the_flag(
+def test_past_its_deadline_a_pump_claims_on_until_its_successor_watches_the_bell(
     receivers, broker, settings
 ):
     """A busy pump at its deadline publishes its successor's job and keeps claiming, so a
-    write then does not wait for the successor to start; once the successor holds the flag it
-    stops claiming, drains and leaves the successor's flag alone."""
+    write then does not wait for the successor to start; once the successor watches the bell it
+    stops claiming, drains and leaves the successor's bell alone."""
     settings.A2A_WEBHOOK_PUMP_SECONDS = 0.5
     settings.A2A_WEBHOOK_PUMP_LINGER_SECONDS = 60
     slow = receivers.start("slow", hang=1.5)  # a send in flight across the deadline
@@ -315,11 +321,11 @@ def test_past_its_deadline_a_pump_claims_on_until_its_successor_holds_the_flag(
             timeout=3,
             message="claimed past the deadline",
         )
-        wake.hold("successor")  # the successor starts claiming
+        bell.watch("successor")  # the successor starts claiming
         left_over = artifact("for-the-successor")
     assert runs[0].claimed == 3  # both snapshots and the write after the deadline
     assert Delivery.objects.get(pk=left_over.pk).state == DeliveryState.PENDING
-    assert broker.get(wake.FLAG_KEY) == b"successor"
+    assert broker.get(bell.BELL_KEY) == b"successor"
 
 
 def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
@@ -328,7 +334,7 @@ def test_concurrent_claimers_never_share_a_config_nor_break_its_order():
     agent = AgentFactory(executor="external")
     configs = []
     for _ in range(10):
-        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        task = task_create(agent=agent, owner="o", message=user_message("hi"))
         binding = push_config_create(task=task, config={"id": "a", "url": "http://127.0.0.1:9/h"})
         for i in range(4):
             services.task_add_artifact(

@@ -2,8 +2,8 @@
 
 The agent's executor is external, so no worker runs and nothing is delivered: these tests look
 at what the operations answer and at the rows they write (configs, binding versions, the
-outbox). DNS is the edge we do not own: `webhooks.ssrf.resolve` answers a public address for
-the test host names.
+outbox). DNS is the edge we do not own: `webhooks.delivery.ssrf.resolve` answers a public address
+for the test host names.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from agents.services import api_key_create
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
+from tests.deliveries import delivery_claim_head, delivery_record
 from tests.factories import user_message
-from webhooks import ssrf
-from webhooks.delivery import delivery_claim_head, delivery_record
+from webhooks.delivery import ssrf
+from webhooks.delivery.ssrf import parse_url
+from webhooks.delivery.transport import TransportResult
 from webhooks.models import Delivery, DeliveryState, Endpoint, PushBinding, PushConfig
-from webhooks.ssrf import parse_url
-from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from agents import readiness
-from tasks import services
-from tests.factories import AgentFactory, user_message
-from tests.readiness_helpers import mark_workers_live
+from tests.factories import AgentFactory, task_create, user_message
+from tests.readiness_helpers import mark_workers_live, readiness_reset
 from webhooks.errors import PushDeliveryUnavailable, PushNotSupported
 from webhooks.models import Delivery, PushConfig
 from webhooks.services import push_config_create, push_config_gate
@@ -22,9 +21,9 @@ CONFIG = {"id": "c", "url": "https://hooks.example.org/a2a"}
 
 @pytest.fixture
 def agent():
-    readiness.reset_for_tests()  # no readiness cached from an earlier test
+    readiness_reset()  # no readiness cached from an earlier test
     yield AgentFactory(executor="external")
-    readiness.reset_for_tests()
+    readiness_reset()
 
 
 def switched_off(agent):
@@ -68,13 +67,13 @@ def test_push_config_gate_uses_the_readiness_it_is_given(agent):
     down = readiness.Readiness(checks=[], delivery_live=False, ever_ready=True)
     with pytest.raises(PushDeliveryUnavailable):
         push_config_gate(agent=agent, readiness_now=down)
-    readiness.reset_for_tests()
+    readiness_reset()
     up = readiness.Readiness(checks=[], delivery_live=True, ever_ready=True)
     push_config_gate(agent=agent, readiness_now=up)  # no worker row: the given one decides
 
 
 def test_push_config_create_refuses_an_agent_whose_push_is_off_and_writes_nothing(agent):
-    task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+    task = task_create(agent=agent, owner="o", message=user_message("hi"))
     switched_off(agent)
     with pytest.raises(PushNotSupported):
         push_config_create(task=task, config=CONFIG)

@@ -1,5 +1,5 @@
-"""Rebinds through their services (webhooks/rebind.py), in process: the rows they write, the
-notices, the moves, deadlines, cutover, abort, scheduling and every refused request.
+"""Rebinds through their services (webhooks/rebinds/operations.py), in process: the rows they
+write, the notices, the moves, deadlines, cutover, abort, scheduling and every refused request.
 
 Deliveries are claimed and recorded with the real claim/record services; the transport is the
 one edge replaced (an answer per attempt), since no receiver runs here. The process tests in
@@ -24,16 +24,18 @@ from google.protobuf import json_format
 
 from a2a_platform.lib.crypto import decrypt
 from a2a_platform.protocol import context
-from agents.models import SigningKey, SigningKeyState
+from agents.models import OperatorAction, SigningKey, SigningKeyState
 from agents.signing import jwks, live_private_keys
 from tasks import services
 from tasks.models import Task
 from tasks.states import TaskState
-from tests.factories import AgentFactory, user_message
+from tests.deliveries import delivery_claim_head, delivery_record
+from tests.factories import AgentFactory, task_create, user_message
 from tests.protocol_push import card_jwks_url, delete, register, task_with_push, verified_notice
 from tests.readiness_helpers import mark_workers_live
-from webhooks import rebind_machine
-from webhooks.delivery import delivery_claim_head, delivery_record
+from webhooks.alerts import card_age_check
+from webhooks.console.operator_groups import sync_groups
+from webhooks.delivery.transport import TransportResult
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
 from webhooks.models import (
     Alert,
@@ -41,16 +43,14 @@ from webhooks.models import (
     ChannelMove,
     Delivery,
     DeliveryState,
-    OperatorAction,
     PushBinding,
     PushConfig,
     Rebind,
     RebindState,
 )
-from webhooks.operator_groups import sync_groups
-from webhooks.rebind import (
+from webhooks.rebinds import machine as rebind_machine
+from webhooks.rebinds.operations import (
     RebindRequest,
-    card_age_check,
     rebind_abort,
     rebind_advance,
     rebind_cutover,
@@ -62,7 +62,6 @@ from webhooks.rebind import (
 )
 from webhooks.selectors import rebind_stragglers
 from webhooks.services import delivery_sweep
-from webhooks.transport import TransportResult
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
@@ -467,7 +466,7 @@ def test_a_scheduled_rebind_has_one_clocked_job_and_can_be_cancelled(agent, cloc
     job = PeriodicTask.objects.get(name=f"rebind {rebind.pk}")
     assert (job.one_off, job.expires, job.clocked.clocked_time) == (True, None, at)
     assert rebind_advance(rebind.pk).state == RebindState.SCHEDULED  # not yet
-    rebind_abort(rebind.pk, actor="ops")
+    rebind_abort(rebind.pk, actor="ops", reason="not needed")
     assert not PeriodicTask.objects.filter(name=f"rebind {rebind.pk}").exists()
     assert not ClockedSchedule.objects.exists()
 
@@ -536,7 +535,7 @@ def test_illegal_transitions_are_refused_and_change_nothing(agent):
     assert rebind.state == RebindState.COMPLETED
     before = rows()
     for call in (
-        lambda: rebind_abort(rebind.pk, actor="ops"),
+        lambda: rebind_abort(rebind.pk, actor="ops", reason="too late"),
         lambda: rebind_cutover(rebind.pk, actor="ops"),
         lambda: rebind_extend(rebind.pk, seconds=60, actor="ops"),
         lambda: rebind_orphans(rebind.pk, actor="ops"),
@@ -601,7 +600,7 @@ def test_orphaned_tasks_are_filterable_in_the_admin(agent, admin_client):
 
 def test_tasks_outliving_the_card_raise_one_alert_per_agent(agent, clock):
     for i in range(25):
-        task = services.task_create(agent=agent, owner="anonymous", message=user_message(f"{i}"))
+        task = task_create(agent=agent, owner="anonymous", message=user_message(f"{i}"))
         clock.shift(40 if i == 24 else 5)  # the slowest 1 %: 40 s against a 30 s max-age
         services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
     assert card_age_check() == 1
@@ -655,7 +654,7 @@ def test_the_admin_lists_rebinds_shows_their_moves_and_aborts_one(agent, admin_c
     assert "notice_pending" in page.content.decode() or "notice pending" in page.content.decode()
     answer = admin_client.post(
         "/admin/webhooks/rebind/",
-        {"action": "abort", "_selected_action": [str(rebind.pk)]},
+        {"action": "abort", "_selected_action": [str(rebind.pk)], "reason": "wrong prefix"},
         follow=True,
     )
     assert answer.status_code == 200
@@ -664,7 +663,7 @@ def test_the_admin_lists_rebinds_shows_their_moves_and_aborts_one(agent, admin_c
     assert OperatorAction.objects.filter(action="rebind_abort", actor="admin").exists()
     again = admin_client.post(
         "/admin/webhooks/rebind/",
-        {"action": "abort", "_selected_action": [str(rebind.pk)]},
+        {"action": "abort", "_selected_action": [str(rebind.pk)], "reason": "wrong prefix"},
         follow=True,
     )
     assert "cannot abort a rebind that is aborted" in again.content.decode()
@@ -701,7 +700,7 @@ def test_the_command_starts_shows_and_lists_a_drain(agent):
         (["start", "nobody", "--rotate-key"], "no agent 'nobody'"),
         (["start", "hooks", "--move-prefix", V2, V1], "matches no push config"),
         (["show", "not-a-uuid"], "no rebind not-a-uuid"),
-        (["abort", "00000000-0000-0000-0000-000000000000"], "no rebind"),
+        (["abort", "00000000-0000-0000-0000-000000000000", "--reason", "x"], "no rebind"),
         (["start", "hooks", "--rotate-key", "--deadline", "soon"], "not a duration"),
         (["schedule", "hooks", "--rotate-key", "--at", "yesterday"], "ISO 8601"),
     ],

@@ -42,8 +42,7 @@ from tests import protocol_push
 from tests.factories import AgentFactory
 from tests.protocol_push import card_jwks_url
 from tests.strict_receiver import StrictReceiver, command
-from webhooks import rebind as rebinds
-from webhooks import rebind_console
+from webhooks.delivery.pump import run_pump
 from webhooks.models import (
     ChannelMove,
     Delivery,
@@ -54,9 +53,9 @@ from webhooks.models import (
     PushConfig,
     Rebind,
     RebindState,
-    still_on_old_version,
 )
-from webhooks.pump import run_pump
+from webhooks.rebinds import console as rebind_console
+from webhooks.rebinds import operations as rebinds
 from webhooks.selectors import rebind_counts, rebind_stragglers
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -309,7 +308,7 @@ class RebindModel(RuleBasedStateMachine):
             )
             counts = rebind_counts(rebind)
             assert counts["onOldVersionTotal"] == recount, (counts, recount)
-            drain = ChannelMove.objects.filter(still_on_old_version(), rebind=rebind).count()
+            drain = ChannelMove.objects.filter(rebind=rebind).keeping_drain_open().count()
             console = rebind_console.on_old_moves(rebind).count()
             listed = len(rebind_stragglers(rebind, limit=10_000))
             assert drain == console == listed == recount, (drain, console, listed, recount)

@@ -29,23 +29,23 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
 
+from agents.models import OperatorAction
 from tasks import services
 from tasks.states import TaskState
+from tests.deliveries import delivery_claim_head, delivery_record
 from tests.factories import AgentFactory
 from tests.protocol_push import open_task
-from webhooks.delivery import delivery_claim_head, delivery_record
+from webhooks.delivery.transport import post
 from webhooks.models import (
     ChannelMove,
     Delivery,
     DeliveryState,
     MoveState,
-    OperatorAction,
     PushConfig,
     Rebind,
 )
-from webhooks.rebind import rebind_abort, rebind_advance, rebind_start
-from webhooks.rebind_checks import RebindRequest
-from webhooks.transport import post
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.operations import rebind_abort, rebind_advance, rebind_start
 
 pytestmark = pytest.mark.usefixtures("public_dns", "transactional_db", "fresh_transport")
 
@@ -238,12 +238,12 @@ def test_rows_leave_as_tasks_move_or_finish(agent, superuser):
     rebind, ids = draining(agent)
     services.task_transition(task_id=ids[0], to_state=TaskState.COMPLETED)
     move = ChannelMove.objects.get(rebind=rebind, task_id=ids[1])
-    from webhooks.rebind import rebind_moves_now
+    from webhooks.rebinds.operations import rebind_moves_now
 
     assert rebind_moves_now(rebind.pk, move_pks=[move.pk], actor="ops") == 1
 
     data = live(superuser, rebind).json()
-    # still_on_old_version(): a move waiting for its notice stays listed whatever its task's
+    # ChannelMove.objects.on_old(): a move waiting for its notice stays listed whatever its task's
     # state (what the task emitted meanwhile is held until the notice is delivered).
     assert [r["task"] for r in data["onOld"]] == [ids[0], ids[2]]
     assert [r["taskState"] for r in data["onOld"]] == ["completed", "working"]

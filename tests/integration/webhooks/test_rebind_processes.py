@@ -33,7 +33,7 @@ from tests import live
 from tests.factories import AgentFactory
 from tests.processes import wait_until
 from tests.protocol_push import card_jwks_url, live_base_url, live_open_task, task_with_push
-from tests.readiness_helpers import mark_workers_live
+from tests.readiness_helpers import wait_workers_live
 from tests.webhook_checks import ALLOWED, start_beat, start_worker
 from tests.webhook_receiver import ReceiverProcess
 from webhooks.errors import RebindConflict
@@ -47,7 +47,7 @@ from webhooks.models import (
     Rebind,
     RebindState,
 )
-from webhooks.rebind import RebindRequest, rebind_start
+from webhooks.rebinds.operations import RebindRequest, rebind_start
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -185,7 +185,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
     receiver = verifying_receiver(procs, web, agent, mode)
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     tasks = open_tasks(web, agent, receiver, 3)
     all_delivered()
 
@@ -234,7 +234,7 @@ def test_cutover_orphans_visibly_with_a_final_notice(web, procs, tmp_path, agent
     receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     tasks = open_tasks(web, agent, receiver, 2)
     all_delivered()
     origin = receiver.origin
@@ -279,7 +279,7 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_sends_no_notice_twice(
     slow = receivers.start(hang=0.3)
     worker = start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     tasks = open_tasks(web, agent, slow.at("/hooks/v1/"), 12)
     all_delivered()
     rebind = run_rebind(
@@ -311,7 +311,7 @@ def test_a_scheduled_rebind_is_fired_by_beat(web, procs, tmp_path, agent):
     receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     open_tasks(web, agent, receiver, 1)
     all_delivered()
     rebind = run_rebind(
@@ -334,7 +334,7 @@ def test_a_client_reregistering_mid_task_is_moved_after_a_notice(web, procs, tmp
     receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     [task] = open_tasks(web, agent, receiver, 1)
     all_delivered()
     answer = httpx.post(
@@ -409,7 +409,7 @@ def test_a_deadline_reached_with_a_task_in_input_required_cuts_over_by_beat(
     receiver = verifying_receiver(procs, web, agent, "channels")
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     [task] = open_tasks(web, agent, receiver, 1)
     services.task_transition(task_id=task.pk, to_state=TaskState.INPUT_REQUIRED)
     all_delivered()
@@ -446,7 +446,7 @@ def test_an_aborted_drain_returns_unmoved_tasks_to_the_old_channel(
     down = receivers.start(status=503)
     start_worker(procs)
     start_beat(procs)
-    mark_workers_live(web_url=web.url)
+    wait_workers_live(web.url)
     tasks = open_tasks(web, agent, down, 2)
     rebind = run_rebind(
         "start", agent.slug, "--move-prefix", f"{down.origin}/hooks/v1/", f"{down.origin}/hooks/v2/"

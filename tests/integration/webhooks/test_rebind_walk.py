@@ -18,7 +18,8 @@ from tests import protocol_push
 from tests.factories import AgentFactory
 from tests.protocol_push import card_jwks_url
 from tests.strict_receiver import StrictReceiver, command
-from webhooks.delivery_actions import delivery_replay_explained
+from webhooks.console.delivery_actions import delivery_replay_explained
+from webhooks.delivery.pump import run_pump
 from webhooks.models import (
     Alert,
     AlertKind,
@@ -30,9 +31,8 @@ from webhooks.models import (
     Rebind,
     RebindState,
 )
-from webhooks.pump import run_pump
-from webhooks.rebind import rebind_monitor as rebinds_monitor
-from webhooks.rebind import rebind_moves_finish_on_old as rebinds_finish_on_old
+from webhooks.rebinds.operations import rebind_monitor as rebinds_monitor
+from webhooks.rebinds.operations import rebind_moves_finish_on_old as rebinds_finish_on_old
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

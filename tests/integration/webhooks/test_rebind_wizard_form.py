@@ -1,7 +1,7 @@
-"""The rebind wizard's form (webhooks/forms.py RebindForm) through the admin, in process:
+"""The rebind wizard's form (webhooks/rebinds/forms.py RebindForm) through the admin, in process:
 a config's new token and credentials validated by field, never rendered back, carried to
 the confirmation sealed (a tampered or expired seal is refused on the token's field), and the
-removal of both; the preview's checks (webhooks/rebind_checks.py) with their results.
+removal of both; the preview's checks (webhooks/rebinds/checks.py) with their results.
 Browser tests of the same: tests/e2e/test_rebind_wizard_credentials.py."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.protocol_push import open_task
 from webhooks.errors import RebindInvalid
-from webhooks.forms import SEALED_MAX_AGE_SECONDS
 from webhooks.models import PushBinding, PushConfig, Rebind
-from webhooks.rebind_checks import RebindRequest, rebind_preview
+from webhooks.rebinds.checks import RebindRequest, rebind_preview
+from webhooks.rebinds.forms import SEALED_MAX_AGE_SECONDS
 
 # Transactional: the config is made through the protocol app, whose ORM calls run on other
 # threads (tests/protocol_push.py).
@@ -105,7 +105,8 @@ def test_secrets_without_the_config_operation_are_refused(admin_client, config):
     page = admin_client.post(
         START, {"agent": "hooks", "operations": ["rotate_key"], "new_token": SECRET}
     ).content.decode()
-    assert "replaces one config&#x27;s URL or credentials: tick that one" in page
+    # The pre-check's refusal (the form only parses), on the URL's field.
+    assert "new_url: replaces one config&#x27;s URL or credentials: name the config" in page
     assert SECRET not in page
 
 

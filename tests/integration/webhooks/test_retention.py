@@ -1,5 +1,5 @@
-"""Retention (webhooks/retention.py): one run purges every eligible row, `A2A_RETENTION_BATCH`
-rows per statement, and leaves the rest.
+"""Retention (webhooks/delivery/retention.py): one run purges every eligible row,
+`A2A_RETENTION_BATCH` rows per statement, and leaves the rest.
 
 Eligible: deliveries delivered or canceled before the cutoff (with their attempts) and the
 events of finished tasks created before it. Not eligible: dead-lettered deliveries (an
@@ -22,8 +22,8 @@ from tasks.models import Task, TaskEvent
 from tasks.states import TaskState
 from tests.factories import AgentFactory
 from tests.webhook_checks import configure, open_task
+from webhooks.delivery.retention import Purged, purge_old_rows
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushConfig
-from webhooks.retention import Purged, purge_old_rows
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from tests.webhook_checks import configure, open_task
-from webhooks import heads
-from webhooks.delivery import delivery_claim_batch
+from webhooks.delivery import heads
+from webhooks.delivery.claim_record import delivery_claim_batch
 from webhooks.models import Delivery
 from webhooks.selectors import due_configs
 from webhooks.services import endpoint_pause, endpoint_resume
@@ -78,9 +78,9 @@ def test_due_configs_lists_each_config_once_by_its_due_head(scripted_agent):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(scripted_agent, settings):
+def test_paused_endpoints_are_not_due_and_resuming_rings_for_one_pump(scripted_agent, settings):
     jobs = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)  # where the app publishes
-    # Every wake publishes a job now (no flag to share), so the jobs count the wakes.
+    # Every ring publishes a job now (no bell to share), so the jobs count the rings.
     settings.CELERY_BROKER_URL = "filesystem://"
     _, (first,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/a"})
     _, (second,) = open_task(scripted_agent, "x", {"url": "http://127.0.0.1:9/b"})
@@ -88,13 +88,13 @@ def test_paused_endpoints_are_not_due_and_resuming_wakes_one_pump(scripted_agent
     endpoint = first.bindings.get().endpoint
     assert second.bindings.get().endpoint == endpoint  # one origin
     endpoint_pause(endpoint_pk=endpoint.pk, actor="ops")
-    assert delivery_claim_batch(limit=10).claims == ()  # held: the claim parks both configs
-    assert due_configs() == []  # nothing for the sweeper to wake a pump for
+    assert delivery_claim_batch(limit=10).claims == ()  # paused: the claim parks both configs
+    assert due_configs() == []  # nothing for the sweeper to ring for a pump for
     assert [d.attempts for d in Delivery.objects.filter(config__in=[first, second])] == [0] * 6
 
     before = jobs.llen("webhooks")
     endpoint_resume(endpoint_pk=endpoint.pk, actor="ops")
-    assert jobs.llen("webhooks") - before == 1  # one wake-up, not one per config or delivery
+    assert jobs.llen("webhooks") - before == 1  # one ring, not one per config or delivery
     assert sorted(due_configs()) == sorted([first.pk, second.pk])
 
 

@@ -1,4 +1,4 @@
-"""webhooks.transport against a real HTTP receiver on 127.0.0.1 (a ThreadingHTTPServer).
+"""webhooks.delivery.transport against a real HTTP receiver on 127.0.0.1 (a ThreadingHTTPServer).
 
 The receiver counts accepted TCP connections as well as requests, so "refused" means nothing
 reached it at all. DNS is the edge we do not own: the rebinding tests fake `getaddrinfo`
@@ -18,10 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tasks import services
-from tests.factories import user_message
-from webhooks import ssrf, transport
-from webhooks.transport import PostRequest, TransportResult, post
+from tests.factories import task_create, user_message
+from webhooks.delivery import ssrf, transport
+from webhooks.delivery.transport import PostRequest, TransportResult, post
 
 # A new connection pool per test: a kept-alive connection must not stand in for a new
 # connect or handshake (conftest.py).
@@ -504,7 +503,7 @@ def test_a_real_delivery_goes_out_with_each_header_once(agent, allow_loopback):
     """The head of a real claim's request as the receiver reads it, byte for byte: every
     header name once in any letter case (aiohttp's server answers 400 to a duplicate
     User-Agent), the config's token and credentials in their own headers only."""
-    from webhooks.delivery import delivery_claim_batch
+    from webhooks.delivery.claim_record import delivery_claim_batch
     from webhooks.services import push_config_create
 
     heads: list[bytes] = []
@@ -512,7 +511,7 @@ def test_a_real_delivery_goes_out_with_each_header_once(agent, allow_loopback):
         port = listener.getsockname()[1]
         server = threading.Thread(target=_capture_one_request, args=(listener, heads))
         server.start()
-        task = services.task_create(agent=agent, owner="o", message=user_message("hi"))
+        task = task_create(agent=agent, owner="o", message=user_message("hi"))
         push_config_create(
             task=task,
             config={

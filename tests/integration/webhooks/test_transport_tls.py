@@ -1,4 +1,5 @@
-"""HTTPS delivery: webhooks.transport against a TLS receiver whose certificates a test CA signs.
+"""HTTPS delivery: webhooks.delivery.transport against a TLS receiver whose certificates a test CA
+signs.
 
 Production sends only https to public hosts, so this is the path every real delivery takes.
 The in-process tests map `receiver.test` to 127.0.0.1 (`fake_dns`, conftest.py), allowlist
@@ -18,6 +19,7 @@ import time
 
 import pytest
 
+from tests.deliveries import close_client
 from tests.processes import wait_until
 from tests.tls import RESPONSE_BODY, CertificateAuthority, TLSReceiver
 from tests.webhook_checks import (
@@ -30,9 +32,8 @@ from tests.webhook_checks import (
     wait_all,
 )
 from tests.webhook_receiver import ReceiverProcess
-from webhooks import transport
+from webhooks.delivery.transport import PostRequest, post, submit
 from webhooks.models import DeliveryAttempt, DeliveryState
-from webhooks.transport import PostRequest, post, submit
 
 # A new connection pool per test: a kept-alive connection must not stand in for a new
 # connect or handshake (conftest.py).
@@ -174,12 +175,12 @@ def test_the_ca_bundle_setting_is_read_for_each_new_connection(receiver, trusted
     assert post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT).ok
 
     settings.A2A_WEBHOOK_CA_BUNDLE = ""
-    transport.close_client()
+    close_client()
     refused = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
     assert refused.error_class == "tls", (refused.error_class, refused.error_detail)
 
     settings.A2A_WEBHOOK_CA_BUNDLE = str(trusted.cert_path)
-    transport.close_client()
+    close_client()
     again = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
     assert again.ok, (again.error_class, again.error_detail)
     assert len(receiver.requests) == 2
@@ -197,12 +198,12 @@ def test_a_ca_bundle_replaced_on_disk_is_trusted_from_the_next_connection(
 
     other = CertificateAuthority(tmp_path, name="Another CA")
     bundle.write_bytes(other.cert_path.read_bytes())
-    transport.close_client()
+    close_client()
     refused = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
     assert refused.error_class == "tls", (refused.error_class, refused.error_detail)
 
     bundle.write_bytes(other.cert_path.read_bytes() + ca.cert_path.read_bytes())
-    transport.close_client()
+    close_client()
     again = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
     assert again.ok, (again.error_class, again.error_detail)
 
@@ -301,7 +302,7 @@ def test_an_unusable_ca_bundle_refuses_https_naming_the_setting_and_sends_nothin
     assert_nothing_reached(receiver)
 
     settings.A2A_WEBHOOK_CA_BUNDLE = str(ca.cert_path)
-    transport.close_client()
+    close_client()
     fixed = post(receiver.url(NAME), BODY, HEADERS, timeout=TIMEOUT)
     assert fixed.ok, (fixed.error_class, fixed.error_detail)
 

@@ -1,8 +1,8 @@
-"""A starting worker wakes a delivery pump for what is due (webhooks/signals.py).
+"""A starting worker rings for a delivery pump for what is due (webhooks/signals.py).
 
 Isolated: no beat (so no sweeper job and no heartbeat), an external executor (so no executor
-job writes events once the worker runs), and the wake-ups the writes published are dropped
-from the broker, as when the worker that held them died or Redis restarted. What the
+job writes events once the worker runs), and the jobs the writes' rings published are dropped
+from the broker, as when the worker that had them died or Redis restarted. What the
 database owes can then only be delivered because the worker, as it starts, looks for it.
 """
 
@@ -16,7 +16,7 @@ from agents.models import WorkerHeartbeat
 from tasks import services
 from tasks.states import TaskState
 from tests.webhook_checks import assert_delivered, open_task, start_worker, wait_all
-from webhooks import wake
+from webhooks.delivery import bell
 from webhooks.selectors import due_configs
 
 pytestmark = [
@@ -26,16 +26,18 @@ pytestmark = [
 ]
 
 
-def drop_wake_ups() -> None:
-    """Lose every published delivery job and the wake flag (held by a job nobody runs), so
+def drop_rings() -> None:
+    """Lose every published delivery job and the pumps' bell (naming a job nobody runs), so
     nothing already in the broker can start a pump."""
     broker = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
-    assert broker.llen("webhooks") >= 1, "the writes published a wake-up"
-    keys = [*broker.scan_iter("webhooks*"), *broker.scan_iter(f"{wake.FLAG_KEY}*")]
+    # The writes rang: the first published a job and named the bell after it, which the
+    # later rings found named (one job per burst).
+    assert broker.llen("webhooks") == 1, "the writes rang: one job was published"
+    keys = [*broker.scan_iter("webhooks*"), *broker.scan_iter(f"{bell.BELL_KEY}*")]
     if keys:
         broker.delete(*keys)
     assert not list(broker.scan_iter("webhooks*"))
-    assert broker.get(wake.FLAG_KEY) is None
+    assert broker.get(bell.BELL_KEY) is None
 
 
 def test_a_starting_worker_delivers_what_came_due_while_no_worker_ran(agent, procs, receivers):
@@ -49,7 +51,7 @@ def test_a_starting_worker_delivers_what_came_due_while_no_worker_ran(agent, pro
         )
         services.task_transition(task_id=task.pk, to_state=TaskState.COMPLETED)
         configs.extend(pushes)
-    drop_wake_ups()
+    drop_rings()
     assert sorted(due_configs()) == sorted(c.pk for c in configs)
     assert receiver.records() == []
 

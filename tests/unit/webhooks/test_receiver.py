@@ -1,4 +1,4 @@
-"""webhooks.receiver: sign with webhooks.signer, verify as an A2A client would."""
+"""webhooks.receiver: sign with webhooks.delivery.signer, verify as an A2A client would."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from webhooks import signer
+from webhooks.delivery import signer
 from webhooks.receiver import (
     DeliveryLedger,
     VerificationError,

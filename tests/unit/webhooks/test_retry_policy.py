@@ -1,11 +1,11 @@
-"""The retry decision (webhooks/retry_policy.py), without a database: which failures are
+"""The retry decision (webhooks/delivery/retry_policy.py), without a database: which failures are
 retried on which schedule, when each schedule runs out, Retry-After and jitter."""
 
 from __future__ import annotations
 
 import pytest
 
-from webhooks.retry_policy import Dead, Retry, decide, jitter
+from webhooks.delivery.retry_policy import Dead, Retry, decide, jitter, max_tries
 
 SCHEDULE = [10.0, 100.0]
 AUTH_SCHEDULE = [60.0, 120.0]
@@ -87,12 +87,42 @@ def test_decide_jitters_the_scheduled_wait_by_default():
     assert all(80.0 <= jitter(100.0) <= 120.0 for _ in range(50))
 
 
+@pytest.mark.parametrize("waits", [0, 1, 2, 5, 8])
+def test_max_tries_is_the_first_try_and_one_after_each_wait_of_the_schedule(waits):
+    assert max_tries([60.0] * waits) == waits + 1
+
+
+@pytest.mark.parametrize("waits", [0, 1, 2, 5])
+@pytest.mark.parametrize("status", [503, 401])
+def test_decide_dead_letters_exactly_the_try_that_reaches_max_tries(waits, status):
+    # The admin's "attempt n of m" shows max_tries(); the record dead-letters by decide():
+    # one number for both, on the outage schedule and on the auth schedule alike.
+    schedule = [1.0] * waits
+    auth = status == 401
+
+    def after(tries: int) -> Retry | Dead:
+        return decide(
+            status=status,
+            error_class=None,
+            retry_after=None,
+            attempts=tries,
+            earlier_auth_rejections=tries - 1 if auth else 0,
+            schedule=[] if auth else schedule,
+            auth_schedule=schedule if auth else [],
+            spread=lambda seconds: seconds,
+        )
+
+    last = max_tries(schedule)
+    assert [after(tries) for tries in range(1, last)] == [Retry(1.0)] * (last - 1)
+    assert after(last) == Dead("exhausted")
+
+
 def test_retry_policy_imports_no_django():
     import subprocess
     import sys
 
     code = (
-        "import sys; import webhooks.retry_policy; "
+        "import sys; import webhooks.delivery.retry_policy; "
         "assert not [m for m in sys.modules if m.startswith('django')], 'django imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

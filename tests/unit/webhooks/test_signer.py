@@ -1,4 +1,5 @@
-"""webhooks.signer: Standard Webhooks `v1a` headers and the push JWT, checked independently."""
+"""webhooks.delivery.signer: Standard Webhooks `v1a` headers and the push JWT, checked
+independently."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from webhooks import signer
+from webhooks.delivery import signer
 
 # Standard Webhooks 1.0 (spec/standard-webhooks.md, "Webhook headers") shows this `v1a` entry
 # in its example header; it is the signature of the svix-server test vector

@@ -1,4 +1,4 @@
-"""webhooks.ssrf: which addresses and URLs a webhook may target.
+"""webhooks.delivery.ssrf: which addresses and URLs a webhook may target.
 
 DNS is the edge we do not own: every test here resolves through a fake `socket.getaddrinfo`
 table, so nothing leaves the machine.
@@ -12,8 +12,14 @@ import socket
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from webhooks import ssrf
-from webhooks.ssrf import ParsedTarget, UnsafeDestination, check_address, check_url, parse_url
+from webhooks.delivery import ssrf
+from webhooks.delivery.ssrf import (
+    ParsedTarget,
+    UnsafeDestination,
+    check_address,
+    check_url,
+    parse_url,
+)
 
 PUBLIC_V4 = "93.184.215.14"
 PUBLIC_V6 = "2606:4700:4700::1111"

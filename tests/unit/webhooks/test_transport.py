@@ -1,5 +1,5 @@
-"""webhooks.transport values that need no network: Retry-After parsing, `ok`, the request URL
-built from the checked parts of a URL, and the request headers (each name once, ours ours)."""
+"""webhooks.delivery.transport values that need no network: Retry-After parsing, `ok`, the request
+URL built from the checked parts of a URL, and the request headers (each name once, ours ours)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from webhooks.ssrf import ParsedTarget
-from webhooks.transport import USER_AGENT, TransportResult, _url, parse_retry_after, request_headers
+from webhooks.delivery.ssrf import ParsedTarget
+from webhooks.delivery.transport import (
+    USER_AGENT,
+    TransportResult,
+    _url,
+    parse_retry_after,
+    request_headers,
+)
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -80,7 +86,7 @@ def test_the_request_url_comes_from_the_checked_parts(target, url, host_header):
     assert built.host_port_subcomponent == host_header  # what the Host header says
 
 
-# What a delivery sends (webhooks/delivery.py), with a token and credentials.
+# What a delivery sends (webhooks/delivery/claim_record.py), with a token and credentials.
 DELIVERY_HEADERS = {
     "Content-Type": "application/a2a+json",
     "X-A2A-Task-Id": "t-1",

@@ -1,14 +1,13 @@
 """`manage.py rebind`: run a push-channel rebind from the shell (docs/rebinds.md).
 
-Every subcommand calls one service of webhooks/rebind.py, the same ones the admin console and
-the REST API call. Refusals print the reason and exit 2; nothing was changed.
+Every subcommand calls one service of webhooks/rebinds/operations.py, the same ones the admin
+console and the REST API call. Refusals print the reason and exit 2; nothing was changed.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from datetime import datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -16,21 +15,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agents.models import Agent
-from webhooks import rebind as rebinds
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
-from webhooks.forms import parse_duration
-from webhooks.models import PushConfig, Rebind, RebindState
-from webhooks.rebind_checks import RebindRequest
-from webhooks.rebind_machine import IllegalRebindTransition
-from webhooks.selectors import rebind_stragglers
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+from webhooks.models import OPEN_REBIND_STATES, Rebind, RebindState
+from webhooks.rebinds import operations as rebinds
+from webhooks.rebinds.checks import RebindRequest
+from webhooks.rebinds.forms import parse_duration
+from webhooks.rebinds.machine import IllegalRebindTransition
+from webhooks.selectors import agent_push_config, rebind_stragglers
 
 
 def duration(text: str) -> int:
@@ -99,7 +90,8 @@ class Command(BaseCommand):
             p.add_argument("rebind")
             p.add_argument("--actor", default="cli")
             if name == "abort":
-                p.add_argument("--reason", default="")
+                # Required by the service (refused there, exit 2), as for every interface.
+                p.add_argument("--reason", default="", help="why (an abort needs one)")
         p = sub.add_parser("extend", help="push a draining rebind's deadline back")
         p.add_argument("rebind")
         p.add_argument("--by", type=duration, required=True)
@@ -118,18 +110,7 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(slug=opts["agent"]).first()
         if agent is None:
             raise RebindInvalid("agent", f"no agent {opts['agent']!r}")
-        config = None
-        if opts["config"]:
-            task_id, config_id = opts["config"]
-            config = (
-                PushConfig.objects.filter(task__agent=agent, config_id=config_id)
-                .filter(task_id=task_id)
-                .first()
-                if _is_uuid(task_id)
-                else None
-            )
-            if config is None:
-                raise RebindInvalid("config", f"agent {agent.slug!r} has no config {config_id!r}")
+        config = agent_push_config(agent, *opts["config"]) if opts["config"] else None
         old, new = opts["move_prefix"] or ("", "")
         return RebindRequest(
             agent=agent,
@@ -192,7 +173,7 @@ class Command(BaseCommand):
     def _list(self, opts) -> None:
         query = Rebind.objects.select_related("agent").order_by("-created_at")
         if opts["open"]:
-            query = query.filter(state__in=["scheduled", "preparing", "draining"])
+            query = query.filter(state__in=OPEN_REBIND_STATES)
         for rebind in query[:200]:
             self.stdout.write(_summary(rebind))
 

@@ -1,5 +1,5 @@
 /* The rebind's page (templates/admin/webhooks/rebind/change_form.html): renders everything
-   that changes as the rebind runs from ONE payload (webhooks/rebind_console.py), first the one
+   that changes as the rebind runs from ONE payload (webhooks/rebinds/console.py), first the one
    the page was rendered with, then each answer of the rebind's JSON view (data-url), polled
    every data-interval-ms: the heading and window title, the state chip and fact, the facts and
    counts, the progress (its tone: only a completed rebind is a success), the deadline (a

@@ -1,0 +1,28 @@
+"""The audit side of the console: alerts (resolved by an operator) and the operator actions'
+log."""
+
+from django.contrib import admin
+
+from a2a_platform.lib.admin import ReadOnlyAdmin
+from agents.models import OperatorAction
+from webhooks import services
+from webhooks.models import Alert
+
+
+@admin.register(Alert)
+class AlertAdmin(ReadOnlyAdmin):
+    list_display = ("kind", "message", "endpoint", "count", "last_seen_at", "resolved_at")
+    list_filter = ("kind", "resolved_at")
+    actions = ["resolve"]
+
+    @admin.action(description="Mark resolved", permissions=["operate"])
+    def resolve(self, request, queryset):
+        for alert in queryset:
+            services.alert_resolve(alert_pk=alert.pk, actor=request.user.get_username())
+        self.message_user(request, "resolved")
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "actor", "action", "target")
+    list_filter = ("action",)

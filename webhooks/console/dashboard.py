@@ -1,0 +1,340 @@
+"""The operators' dashboard (the admin's landing page and its JSON poll): reads only.
+
+`dashboard_data` returns the whole dashboard as plain, JSON-serialisable data in a bounded
+number of queries whatever the size of the store: figures are aggregated per agent and state
+in the database (one query per section), never counted row by row in Python.
+
+Which sections a viewer gets is the caller's decision (`sections_for` maps a user's model
+permissions to sections; webhooks/console/views.py asks it): a section left out is absent from
+the data, not zeroed, so the page says "not shown" rather than "nothing is wrong".
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from a2a_platform.lib.checks import check_broker
+from agents import readiness as gate
+from agents.models import Agent, WebInstance, WorkerHeartbeat
+from webhooks.models import (
+    OPEN_REBIND_STATES,
+    Alert,
+    ChannelMove,
+    ChannelMoveQuerySet,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryState,
+    Endpoint,
+    MoveState,
+    Rebind,
+)
+
+MINUTES = 60  # the per-minute chart's window
+NEWEST_ALERTS = 5
+ENDPOINT_ROWS = 20
+
+# Section -> the model permission (app_label.view_<model>) that shows it. Readiness and the
+# per-agent capabilities need no model permission: /readyz and the cards already publish them.
+SECTION_PERMISSIONS = {
+    "deliveries": "webhooks.view_delivery",
+    "endpoints": "webhooks.view_endpoint",
+    "alerts": "webhooks.view_alert",
+    "rebinds": "webhooks.view_rebind",
+}
+SECTIONS = frozenset(SECTION_PERMISSIONS)
+
+
+def sections_for(user) -> frozenset[str]:
+    """The sections a staff user may see: each needs the view (or change) permission of its
+    model, so a user without any permission on deliveries sees no delivery figure (queue
+    depth, oldest pending, dead letters, the per-minute chart), only readiness."""
+    shown = set()
+    for section, perm in SECTION_PERMISSIONS.items():
+        app_label, codename = perm.split(".")
+        change = f"{app_label}.{codename.replace('view_', 'change_', 1)}"
+        if user.has_perm(perm) or user.has_perm(change):
+            shown.add(section)
+    return frozenset(shown)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _age(now: datetime, value: datetime | None) -> float | None:
+    return round((now - value).total_seconds(), 1) if value else None
+
+
+def _web_instances(now: datetime) -> list[dict[str, Any]]:
+    """Every web process's last heartbeat (agents.WebInstance): its readiness when it last
+    wrote, and whether it still writes (live: within three heartbeat intervals)."""
+    stale_after = 3 * settings.A2A_WEB_HEARTBEAT_SECONDS
+    return [
+        {
+            "name": w.name,
+            "beatAgeSeconds": _age(now, w.beat_at),
+            "live": (now - w.beat_at).total_seconds() <= stale_after,
+            "ready": w.ready,
+            "draining": w.draining,
+            "failing": w.failing,
+            "startedAt": _iso(w.started_at),
+        }
+        for w in WebInstance.objects.order_by("name")
+    ]
+
+
+def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
+    """This instance's gate (what /readyz answers, broker included), every web instance's
+    last readiness and every worker's heartbeat with its age: the workers are the other
+    instances the gate depends on."""
+    state = gate.current()
+    broker = check_broker()
+    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in state.checks]
+    checks.append({"name": "broker", "ok": broker.ok, "detail": broker.detail})
+    fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
+    workers = [
+        {
+            "hostname": w.hostname,
+            "queues": list(w.queues),
+            "beatAgeSeconds": _age(now, w.beat_at),
+            "live": (now - w.beat_at).total_seconds() <= fresh,
+            "startedAt": _iso(w.started_at),
+            "backlogReenqueued": w.backlog_reenqueued_at is not None
+            and w.backlog_reenqueued_at >= w.started_at,
+        }
+        for w in WorkerHeartbeat.objects.order_by("hostname")
+    ]
+    return {
+        "instance": f"{socket.gethostname()}:{os.getpid()}",
+        "ready": state.ready and broker.ok,
+        "draining": state.draining,
+        "checks": checks,
+        "workers": workers,
+        "webInstances": _web_instances(now),
+        "heartbeatFreshSeconds": fresh,
+    }, state
+
+
+def _delivery_figures(agent_pks: list[int], now: datetime) -> dict[int, dict[str, Any]]:
+    """Per agent: queue depth (pending + sending), held, dead letters, the oldest open
+    delivery's age, and delivered/failed attempts per minute over the last hour."""
+    figures: dict[int, dict[str, Any]] = {
+        pk: {
+            "queueDepth": 0,
+            "pending": 0,
+            "sending": 0,
+            "held": 0,
+            "dead": 0,
+            "oldestPendingAgeSeconds": None,
+            "oldestPendingAt": None,
+            "perMinute": {"delivered": [0] * MINUTES, "failed": [0] * MINUTES},
+            "lastHour": {"delivered": 0, "failed": 0},
+        }
+        for pk in agent_pks
+    }
+    states = [DeliveryState.PENDING, DeliveryState.SENDING, DeliveryState.HELD, DeliveryState.DEAD]
+    rows = (
+        Delivery.objects.filter(state__in=states)
+        .values("task__agent_id", "state")
+        .annotate(n=Count("id"), oldest=Min("created_at"))
+        .order_by()
+    )
+    oldest: dict[int, datetime] = {}
+    for row in rows:
+        f = figures.get(row["task__agent_id"])
+        if f is None:
+            continue
+        f[row["state"]] = row["n"]
+        if row["state"] in (DeliveryState.PENDING, DeliveryState.SENDING):
+            f["queueDepth"] += row["n"]
+            agent = row["task__agent_id"]
+            if agent not in oldest or row["oldest"] < oldest[agent]:
+                oldest[agent] = row["oldest"]
+    for agent, at in oldest.items():
+        figures[agent]["oldestPendingAt"] = _iso(at)
+        figures[agent]["oldestPendingAgeSeconds"] = _age(now, at)
+
+    # Finished attempts only (an attempt row is written at claim time, its outcome when the
+    # send returns: duration_ms is set then). Delivered: a 2xx answer; anything else failed.
+    start = _window_start(now)
+    attempts = (
+        DeliveryAttempt.objects.filter(started_at__gte=start, duration_ms__isnull=False)
+        .annotate(minute=TruncMinute("started_at"))
+        .values("delivery__task__agent_id", "minute")
+        .annotate(
+            total=Count("id"),
+            delivered=Count("id", filter=Q(status__gte=200, status__lt=300)),
+        )
+        .order_by()
+    )
+    for row in attempts:
+        f = figures.get(row["delivery__task__agent_id"])
+        index = int((row["minute"] - start).total_seconds() // 60)
+        if f is None or not 0 <= index < MINUTES:
+            continue
+        f["perMinute"]["delivered"][index] += row["delivered"]
+        f["perMinute"]["failed"][index] += row["total"] - row["delivered"]
+        f["lastHour"]["delivered"] += row["delivered"]
+        f["lastHour"]["failed"] += row["total"] - row["delivered"]
+    return figures
+
+
+def _window_start(now: datetime) -> datetime:
+    """The first minute of the chart: the current minute is its last bucket."""
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=MINUTES - 1)
+
+
+def _endpoints() -> dict[str, Any]:
+    troubled = Endpoint.objects.filter(Q(consecutive_failures__gt=0) | Q(paused_at__isnull=False))
+    counts = troubled.aggregate(
+        failing=Count("id", filter=Q(consecutive_failures__gt=0)),
+        paused=Count("id", filter=Q(paused_at__isnull=False)),
+    )
+    rows = troubled.order_by("-consecutive_failures", "origin")[:ENDPOINT_ROWS]
+    return {
+        "failing": counts["failing"],
+        "paused": counts["paused"],
+        "rows": [
+            {
+                "id": e.pk,
+                "origin": e.origin,
+                "consecutiveFailures": e.consecutive_failures,
+                "pausedAt": _iso(e.paused_at),
+                "pausedReason": e.paused_reason,
+                "lastFailureAt": _iso(e.last_failure_at),
+                "lastSuccessAt": _iso(e.last_success_at),
+            }
+            for e in rows
+        ],
+    }
+
+
+def _alerts() -> dict[str, Any]:
+    open_alerts = Alert.objects.filter(resolved_at__isnull=True)
+    newest = open_alerts.select_related("endpoint").order_by("-last_seen_at", "-id")
+    return {
+        "open": open_alerts.count(),
+        "newest": [
+            {
+                "id": a.pk,
+                "kind": a.kind,
+                "title": a.get_kind_display(),
+                "message": a.message,
+                "count": a.count,
+                "endpoint": a.endpoint.origin if a.endpoint_id else None,
+                "lastSeenAt": _iso(a.last_seen_at),
+            }
+            for a in newest[:NEWEST_ALERTS]
+        ],
+    }
+
+
+def _rebinds(now: datetime) -> list[dict[str, Any]]:
+    """Every open rebind with its progress: (moved + finished on the old channel) / planned
+    moves (one ChannelMove per config; while `moves_planned` is false planning goes on and
+    the total grows), and the live tasks still on the old version."""
+    rebinds = list(
+        Rebind.objects.filter(state__in=OPEN_REBIND_STATES)
+        .select_related("agent")
+        .order_by("created_at", "id")
+    )
+    moves: dict[Any, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    on_old: dict[Any, int] = defaultdict(int)
+    if rebinds:
+        rows = (
+            ChannelMove.objects.filter(rebind__in=[r.pk for r in rebinds])
+            .values("rebind_id", "state")
+            .annotate(
+                n=Count("id"),
+                live=Count("id", filter=ChannelMoveQuerySet.on_old_q()),
+            )
+            .order_by()
+        )
+        for row in rows:
+            moves[row["rebind_id"]][row["state"]] = row["n"]
+            on_old[row["rebind_id"]] += row["live"]
+    out = []
+    for r in rebinds:
+        by_state = moves[r.pk]
+        planned = sum(by_state.values())
+        done = by_state[MoveState.MOVED] + by_state[MoveState.FINISHED_ON_OLD]
+        out.append(
+            {
+                "id": str(r.pk),
+                "agent": r.agent.slug,
+                "state": r.state,
+                "policy": r.policy,
+                "plannedMoves": planned,
+                "planningDone": r.moves_planned,
+                "done": done,
+                "progress": round(done / planned, 4) if planned else 0.0,
+                "percent": done * 100 // planned if planned else 0,
+                "onOldVersion": on_old[r.pk],
+                "orphaned": by_state[MoveState.ORPHANED],
+                "deadline": _iso(r.deadline),
+                "deadlineInSeconds": _age(r.deadline, now) if r.deadline else None,
+            }
+        )
+    return out
+
+
+def _card(agent: Agent, state: gate.Readiness) -> str:
+    """How this instance answers the agent's card now, in words."""
+    if not agent.enabled:
+        return "disabled"
+    if state.card_servable:
+        return "served"
+    return "503: draining" if state.draining else "503: never ready"
+
+
+def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
+    """The whole dashboard as plain data. `sections`: which of SECTIONS to include
+    (readiness and the agents' capabilities always are); see `sections_for`."""
+    now = timezone.now()
+    readiness, state = _readiness(now)
+    agents = list(Agent.objects.order_by("slug"))
+    delivery = _delivery_figures([a.pk for a in agents], now) if "deliveries" in sections else {}
+    agent_rows = []
+    for agent in agents:
+        caps = gate.capabilities(agent, state)
+        row: dict[str, Any] = {
+            "slug": agent.slug,
+            "name": agent.name,
+            "enabled": agent.enabled,
+            "cardServable": agent.enabled and state.card_servable,
+            "card": _card(agent, state),
+            "capabilities": {
+                name: {"on": cap.on, "reason": cap.reason} for name, cap in caps.items()
+            },
+        }
+        if "deliveries" in sections:
+            row["deliveries"] = delivery[agent.pk]
+        agent_rows.append(row)
+    data: dict[str, Any] = {
+        "generatedAt": now.isoformat(),
+        "sections": sorted(sections),
+        "readiness": readiness,
+        "agents": agent_rows,
+    }
+    if "deliveries" in sections:
+        data["chart"] = {"start": _window_start(now).isoformat(), "minutes": MINUTES}
+        data["totals"] = {
+            key: sum(r["deliveries"][key] for r in agent_rows)
+            for key in ("queueDepth", "held", "dead")
+        }
+    if "endpoints" in sections:
+        data["endpoints"] = _endpoints()
+    if "alerts" in sections:
+        data["alerts"] = _alerts()
+    if "rebinds" in sections:
+        data["rebinds"] = _rebinds(now)
+    return data
