@@ -5,12 +5,12 @@ from django.contrib import admin
 from django.forms.models import construct_instance
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline, SecretLookupsRefused
-from agents import readiness
+from agents import executor_spec, readiness
 from agents.card_signing import pretty
-from agents.models import Agent, ApiKey, CardVersion, SigningKey, SigningKeyState
+from agents.models import Agent, ApiKey, CardVersion, Executor, SigningKey, SigningKeyState
 from agents.services import EDITABLE_FIELDS, AgentError, agent_check, agent_save, api_key_revoke
 
 
@@ -46,6 +46,23 @@ class CardVersionInline(ReadOnlyInline):
     verbose_name_plural = "card versions (every distinct card served)"
 
 
+class ExecutorInput(forms.TextInput):
+    """A text input suggesting the built-ins (a datalist): the value may also name hosted code,
+    `python:<module>:<attribute>`, which no list can hold."""
+
+    DATALIST_ID = "executor-suggestions"
+
+    def __init__(self, attrs=None):
+        super().__init__({"list": self.DATALIST_ID, "size": 60, **(attrs or {})})
+
+    def render(self, name, value, attrs=None, renderer=None):
+        options = format_html_join(
+            "", '<option value="{}">{}</option>', ((v, label) for v, label in Executor.choices)
+        )
+        datalist = format_html('<datalist id="{}">{}</datalist>', self.DATALIST_ID, options)
+        return format_html("{}{}", super().render(name, value, attrs, renderer), datalist)
+
+
 class AgentForm(forms.ModelForm):
     """The agent's rules (agents.services.agent_check: slug, drain deadline, a card that
     renders) are checked here, so a refused edit comes back on the form by field and
@@ -55,6 +72,7 @@ class AgentForm(forms.ModelForm):
         model = Agent
         # The admin passes its own field list; these are what an operator may set.
         fields = ["slug", *sorted(EDITABLE_FIELDS)]
+        widgets = {"executor": ExecutorInput}
 
     def clean(self):
         data = super().clean()
@@ -100,6 +118,11 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
     def readiness_checks(self, obj):
         state = readiness.current()
         rows = [(c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks]
+        if obj.pk is not None and obj.executor.startswith(executor_spec.HOSTED_PREFIX):
+            why = state.agent_not_ready(obj)
+            load = state.hosted.get(obj.executor)
+            detail = why or (load.detail if load else "")
+            rows.append(("hosted executor", "ok" if why is None else "FAILING", detail))
         return render_to_string("admin/agents/agent/rows.html", {"rows": rows})
 
     @admin.display(description="capabilities now, and why one is off")

@@ -9,6 +9,8 @@ import uuid
 from django.core.validators import RegexValidator
 from django.db import models
 
+from agents import executor_spec
+
 # Slugs that would collide with routes at the origin root (docs/decisions.md, "Protocol choices").
 RESERVED_SLUGS = frozenset(
     {
@@ -106,7 +108,16 @@ class Agent(models.Model):
         help_text="Seconds a new signing key is published before it signs (at least the card's "
         "max-age, which applies when this is lower)",
     )
-    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.ECHO)
+    # Not `choices=`: besides the built-ins it may name hosted code, `python:<module>:<attribute>`
+    # (agents/executor_spec.py); the built-ins are suggested by the admin's form (a datalist).
+    executor = models.CharField(
+        max_length=executor_spec.MAX_LENGTH,
+        default=Executor.ECHO,
+        validators=[executor_spec.validate_executor],
+        help_text="A built-in (echo, scripted, conformance), external (the worker REST API), "
+        "or python:<module>:<attribute>, an a2a-sdk AgentExecutor the workers host "
+        "(docs/executors.md).",
+    )
     auth_mode = models.CharField(max_length=16, choices=AuthMode.choices, default=AuthMode.PUBLIC)
     # Interoperability switches (docs/protocol.md; docs/decisions.md, "Protocol choices").
     anonymous_list_tasks = models.CharField(
@@ -238,6 +249,11 @@ class WorkerHeartbeat(models.Model):
     started_at = models.DateTimeField()
     backlog_reenqueued_at = models.DateTimeField(null=True, blank=True)
     beat_at = models.DateTimeField()
+    # Written at start and with each beat by a worker consuming `agents`: per hosted executor
+    # of an enabled agent, None when it imports and constructs there, else why not (one line).
+    hosted = models.JSONField(
+        default=dict, blank=True, help_text="hosted executor spec: null (loads) or why not"
+    )
 
     class Meta:
         ordering = ["-beat_at"]

@@ -21,10 +21,48 @@ from django.db import transaction
 from django.utils import timezone
 
 from a2a_platform.lib.checks import Check, check_database, check_migrations
+from agents.executor_spec import HOSTED_PREFIX
 from agents.hub_state import process_hub_connected
 from agents.models import Agent, WebInstance, WorkerHeartbeat
 
 RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class HostedLoad:
+    """One hosted executor (`python:<module>:<attribute>`) as the live workers consuming
+    `agents` reported it: where it loads, and where it does not with why."""
+
+    spec: str
+    agents: tuple[str, ...]  # the enabled agents naming it (slugs)
+    loads_on: tuple[str, ...] = ()
+    fails_on: tuple[tuple[str, str], ...] = ()  # (worker hostname, reason)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.loads_on)
+
+    @property
+    def detail(self) -> str:
+        if self.loads_on:
+            return f"loads on {', '.join(self.loads_on)}"
+        if self.fails_on:
+            return "no live worker can load it: " + "; ".join(
+                f"{host}: {reason}" for host, reason in self.fails_on
+            )
+        return (
+            "no live worker consuming `agents` has reported loading it yet (workers report at "
+            "start and with each heartbeat)"
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "agents": list(self.agents),
+            "loadsOn": list(self.loads_on),
+            "failsOn": dict(self.fails_on),
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -34,6 +72,20 @@ class Readiness:
     ever_ready: bool
     draining: bool = False
     at: float = field(default_factory=time.monotonic)
+    # Per hosted executor of an enabled agent (agent_not_ready): one tenant's code that will
+    # not load keeps its own card back, not the instance (/readyz stays 200 for it).
+    hosted: dict[str, HostedLoad] = field(default_factory=dict)
+
+    def agent_not_ready(self, agent: Agent) -> str | None:
+        """Why this agent's card is refused although the instance serves cards, or None: an
+        agent whose executor is hosted is ready only while a live worker consuming `agents`
+        reported that its code loads."""
+        if not agent.executor.startswith(HOSTED_PREFIX):
+            return None
+        load = self.hosted.get(agent.executor)
+        if load is None:
+            return f"{agent.executor}: " + HostedLoad(agent.executor, ()).detail
+        return None if load.ok else f"{agent.executor}: {load.detail}"
 
     @property
     def ready(self) -> bool:
@@ -55,6 +107,7 @@ class Readiness:
             "status": "ready" if self.ready else "not ready",
             "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in self.checks},
             **({"draining": True} if self.draining else {}),
+            **({"hosted": {s: h.as_json() for s, h in self.hosted.items()}} if self.hosted else {}),
         }
 
 
@@ -96,7 +149,7 @@ def _why_not_live(rows: list[WorkerHeartbeat], queue: str, default: str) -> str:
     return default
 
 
-def _worker_checks() -> tuple[Check, Check, bool]:
+def _worker_checks() -> tuple[Check, Check, bool, list[WorkerHeartbeat]]:
     fresh_after = timezone.now() - timedelta(seconds=settings.A2A_HEARTBEAT_FRESH_SECONDS)
     # Every registered worker (a handful of rows): the fresh ones decide, the others say why.
     registered = list(WorkerHeartbeat.objects.all())
@@ -129,7 +182,40 @@ def _worker_checks() -> tuple[Check, Check, bool]:
             "no worker consuming `webhooks` has a fresh heartbeat and a re-enqueued backlog",
         ),
     )
-    return agents_check, delivery_check, bool(delivery)
+    return agents_check, delivery_check, bool(delivery), agents
+
+
+def hosted_specs() -> list[str]:
+    """The hosted executors of the enabled agents: what a worker consuming `agents` checks."""
+    return sorted(
+        set(
+            Agent.objects.filter(enabled=True, executor__startswith=HOSTED_PREFIX).values_list(
+                "executor", flat=True
+            )
+        )
+    )
+
+
+def _hosted_loads(live_agents_workers: list[WorkerHeartbeat]) -> dict[str, HostedLoad]:
+    """Each enabled agent's hosted executor, with what the live `agents` workers reported."""
+    named: dict[str, list[str]] = {}
+    rows = Agent.objects.filter(enabled=True, executor__startswith=HOSTED_PREFIX).order_by("slug")
+    for slug, spec in rows.values_list("slug", "executor"):
+        named.setdefault(spec, []).append(slug)
+    loads = {}
+    for spec, slugs in named.items():
+        reports = [
+            (w.hostname, w.hosted[spec])
+            for w in sorted(live_agents_workers, key=lambda w: w.hostname)
+            if isinstance(w.hosted, dict) and spec in w.hosted
+        ]
+        loads[spec] = HostedLoad(
+            spec,
+            tuple(slugs),
+            loads_on=tuple(host for host, reason in reports if reason is None),
+            fails_on=tuple((host, str(reason)) for host, reason in reports if reason is not None),
+        )
+    return loads
 
 
 def _hub_check() -> Check:
@@ -147,13 +233,14 @@ def compute(*, include_hub: bool = True) -> Readiness:
             checks.append(migrations)
         else:
             checks.append(Check("migrations", True, "all applied"))
-        agents_check, delivery_check, delivery_live = _worker_checks()
+        agents_check, delivery_check, delivery_live, agents_workers = _worker_checks()
         checks += [agents_check, delivery_check]
+        hosted = _hosted_loads(agents_workers)
     else:
-        delivery_live = False
+        delivery_live, hosted = False, {}
     if include_hub:
         checks.append(_hub_check())
-    readiness = Readiness(checks, delivery_live, _state.ever_ready, _state.draining)
+    readiness = Readiness(checks, delivery_live, _state.ever_ready, _state.draining, hosted=hosted)
     if readiness.ready:
         _state.ever_ready = True
     return readiness
@@ -245,7 +332,15 @@ def capabilities(
 # --- worker side ------------------------------------------------------------------------------
 
 
-def worker_started(*, hostname: str, queues: list[str], backlog_reenqueued: bool) -> None:
+def worker_started(
+    *,
+    hostname: str,
+    queues: list[str],
+    backlog_reenqueued: bool,
+    hosted: dict[str, str | None] | None = None,
+) -> None:
+    """`hosted`: per hosted executor (hosted_specs), None when it loads on this worker, else
+    why not (tasks.executors.hosted.load_check); none for a worker not consuming `agents`."""
     now = timezone.now()
     with transaction.atomic():
         WorkerHeartbeat.objects.update_or_create(
@@ -256,17 +351,20 @@ def worker_started(*, hostname: str, queues: list[str], backlog_reenqueued: bool
                 "backlog_reenqueued_at": now if backlog_reenqueued else None,
                 # Not yet proven end to end: the first heartbeat job sets a fresh beat_at.
                 "beat_at": now - timedelta(days=1),
+                "hosted": hosted or {},
             },
         )
 
 
-def heartbeat(*, hostname: str) -> bool:
+def heartbeat(*, hostname: str, hosted: dict[str, str | None] | None = None) -> bool:
     """The heartbeat job's write. False when the worker must register (again): its row is
     missing, or its start-up backlog re-enqueue failed (a publish error), without which it
-    would never count as a delivery worker until restarted. Its beat is written either way."""
+    would never count as a delivery worker until restarted. Its beat is written either way,
+    with its hosted executors' report when given (worker_started)."""
     now = timezone.now()
+    beat = {"beat_at": now} if hosted is None else {"beat_at": now, "hosted": hosted}
     rows = WorkerHeartbeat.objects.filter(hostname=hostname[:255])
-    if rows.filter(backlog_reenqueued_at__isnull=False).update(beat_at=now):
+    if rows.filter(backlog_reenqueued_at__isnull=False).update(**beat):
         return True
-    rows.update(beat_at=now)
+    rows.update(**beat)
     return False

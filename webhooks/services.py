@@ -292,15 +292,33 @@ def worker_register(*, hostname: str, queues: list[str]) -> None:
         reenqueued = ring(force=True) and reenqueued
     if "agents" in queues or "heartbeat" in queues:
         reenqueued = send_job(SWEEP_DISPATCHES_JOB, []) and reenqueued
-    readiness.worker_started(hostname=hostname, queues=queues, backlog_reenqueued=reenqueued)
+    readiness.worker_started(
+        hostname=hostname,
+        queues=queues,
+        backlog_reenqueued=reenqueued,
+        hosted=hosted_load_report(queues),
+    )
+
+
+def hosted_load_report(queues: list[str]) -> dict[str, str | None] | None:
+    """Per hosted executor of an enabled agent: None when it imports and constructs in this
+    process, else why not (readiness keeps an agent's card back until a live worker consuming
+    `agents` says its code loads). None for a worker that does not run agents' tasks."""
+    if "agents" not in queues:
+        return None
+    from tasks.executors.hosted import load_check  # imports the a2a-sdk server, on workers only
+
+    return {spec: load_check(spec) for spec in readiness.hosted_specs()}
 
 
 def worker_heartbeat(*, hostname: str, queues: list[str]) -> bool:
-    """Write this worker's beat; a worker whose row is missing, or whose start-up backlog
-    re-enqueue failed, registers again (`worker_register`) and beats once more. True when it
-    registered."""
-    if readiness.heartbeat(hostname=hostname):
+    """Write this worker's beat (with its hosted executors' report: an agent's code fixed or
+    newly named is seen within a beat); a worker whose row is missing, or whose start-up
+    backlog re-enqueue failed, registers again (`worker_register`) and beats once more. True
+    when it registered."""
+    hosted = hosted_load_report(queues)
+    if readiness.heartbeat(hostname=hostname, hosted=hosted):
         return False
     worker_register(hostname=hostname, queues=queues)
-    readiness.heartbeat(hostname=hostname)
+    readiness.heartbeat(hostname=hostname, hosted=hosted)
     return True

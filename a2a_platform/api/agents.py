@@ -18,14 +18,13 @@ from a2a_platform.api.errors import invalid, not_found
 from a2a_platform.api.rebinds import RebindSerializer
 from a2a_platform.api.resources import StrictBooleanFilter
 from a2a_platform.api.views import ApiListView, ApiView
-from agents import readiness
+from agents import executor_spec, readiness
 from agents.models import (
     Agent,
     AnonymousListing,
     ApiKey,
     ApiKeyKind,
     AuthMode,
-    Executor,
     OnDrainTimeout,
     PushChannelPolicy,
     SigningKey,
@@ -124,7 +123,13 @@ class AgentWriteSerializer(serializers.Serializer):
     pushRebindMinOverlap = serializers.IntegerField(
         min_value=0, max_value=2**31 - 1, required=False
     )
-    executor = serializers.ChoiceField(choices=Executor.choices, required=False)
+    # A built-in, `external`, or hosted code `python:<module>:<attribute>` (a 400 naming
+    # `executor`, in the words of agents.executor_spec, for anything else).
+    executor = serializers.CharField(
+        max_length=executor_spec.MAX_LENGTH,
+        validators=[executor_spec.validate_executor],
+        required=False,
+    )
     authMode = serializers.ChoiceField(choices=AuthMode.choices, required=False)
     anonymousListTasks = serializers.ChoiceField(choices=AnonymousListing.choices, required=False)
     strictVersionHeader = serializers.BooleanField(required=False)
@@ -142,7 +147,8 @@ class AgentCreateSerializer(AgentWriteSerializer):
 
 
 class AgentFilter(django_filters.FilterSet):
-    executor = django_filters.ChoiceFilter(choices=Executor.choices)
+    # A built-in name or a hosted spec, exactly; anything else is a 400 naming the filter.
+    executor = django_filters.CharFilter(validators=[executor_spec.validate_executor])
     enabled = StrictBooleanFilter()
     authMode = django_filters.ChoiceFilter(field_name="auth_mode", choices=AuthMode.choices)
 

@@ -86,6 +86,16 @@ async def card(request: Request, route: Route) -> Response:
             media_type="application/json",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
         )
+    hosted_why = readiness.agent_not_ready(ctx.agent)
+    if hosted_why is not None:
+        # Hosted code no live worker can load (yet): this agent's card only, every time (not
+        # once-ready-stays-served like the instance's), or its tasks would wait for nobody.
+        return Response(
+            dumps({"status": "not ready", "failing": {"hosted_executor": hosted_why}}),
+            status_code=503,
+            media_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
+        )
     hub_connected = operations.hub_connected()
     chosen = (ctx.agent, readiness, hub_connected, ctx.origin, ctx.at_root)
     last = _cards.get(("served", ctx.agent.pk))

@@ -100,6 +100,16 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
     broker = check_broker()
     checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in state.checks]
     checks.append({"name": "broker", "ok": broker.ok, "detail": broker.detail})
+    # One row per hosted executor: the agents naming it, the workers and the import error
+    # (failing keeps only those agents' cards back, not the instance).
+    checks += [
+        {
+            "name": f"hosted {spec}",
+            "ok": load.ok,
+            "detail": f"agents {', '.join(load.agents)}: {load.detail}",
+        }
+        for spec, load in state.hosted.items()
+    ]
     fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
     workers = [
         {
@@ -110,6 +120,7 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
             "startedAt": _iso(w.started_at),
             "backlogReenqueued": w.backlog_reenqueued_at is not None
             and w.backlog_reenqueued_at >= w.started_at,
+            "hosted": w.hosted,
         }
         for w in WorkerHeartbeat.objects.order_by("hostname")
     ]
@@ -291,9 +302,10 @@ def _card(agent: Agent, state: gate.Readiness) -> str:
     """How this instance answers the agent's card now, in words."""
     if not agent.enabled:
         return "disabled"
-    if state.card_servable:
-        return "served"
-    return "503: draining" if state.draining else "503: never ready"
+    if not state.card_servable:
+        return "503: draining" if state.draining else "503: never ready"
+    why = state.agent_not_ready(agent)
+    return "served" if why is None else f"503: {why}"
 
 
 def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
@@ -310,7 +322,9 @@ def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
             "slug": agent.slug,
             "name": agent.name,
             "enabled": agent.enabled,
-            "cardServable": agent.enabled and state.card_servable,
+            "cardServable": agent.enabled
+            and state.card_servable
+            and state.agent_not_ready(agent) is None,
             "card": _card(agent, state),
             "capabilities": {
                 name: {"on": cap.on, "reason": cap.reason} for name, cap in caps.items()

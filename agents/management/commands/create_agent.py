@@ -11,7 +11,13 @@ class Command(BaseCommand):
         parser.add_argument("slug")
         parser.add_argument("--name", required=True)
         parser.add_argument("--description", required=True)
-        parser.add_argument("--executor", choices=Executor.values, default=Executor.ECHO)
+        # Not `choices=`: hosted code, `python:<module>:<attribute>`, is an executor too; the
+        # service refuses a bad value with agents.executor_spec's words.
+        parser.add_argument(
+            "--executor",
+            default=Executor.ECHO,
+            help="echo, scripted, conformance, external, or python:<module>:<attribute>",
+        )
         parser.add_argument("--auth", choices=AuthMode.values, default=AuthMode.PUBLIC)
         # Not --version: BaseCommand owns that flag (it prints Django's version).
         parser.add_argument("--agent-version", dest="agent_version", default="1.0.0")

@@ -81,9 +81,30 @@ def test_create_agent_refuses_a_taken_slug():
     assert Agent.objects.get(slug="taken").name == "first"
 
 
-def test_create_agent_refuses_an_unknown_executor():
-    with pytest.raises(CommandError, match="invalid choice"):
-        run("create_agent", "x", "--name", "N", "--description", "d", "--executor", "magic")
+def test_create_agent_accepts_a_hosted_executor():
+    out, _ = run(
+        "create_agent", "hosted", "--name", "N", "--description", "d",
+        "--executor", "python:my_pkg.agents:CurrencyAgentExecutor",
+    )  # fmt: skip
+    assert out.strip() == (
+        "created agent hosted (executor python:my_pkg.agents:CurrencyAgentExecutor)"
+    )
+    assert Agent.objects.get(slug="hosted").executor == "python:my_pkg.agents:CurrencyAgentExecutor"
+
+
+@pytest.mark.parametrize(
+    ("executor", "says"),
+    [
+        ("magic", "unknown executor 'magic'"),
+        ("python:x", "python:<module>:<attribute>"),
+        ("python:my-pkg:X", "'my-pkg' is not a module path"),
+        ("python:pkg:class", "'class' is not a Python identifier"),
+        ("python:pkg:" + "X" * 300, "at most 255 characters"),
+    ],
+)
+def test_create_agent_refuses_a_bad_executor_saying_why(executor, says):
+    with pytest.raises(CommandError, match=re.escape(f"executor: {says}")):
+        run("create_agent", "x", "--name", "N", "--description", "d", "--executor", executor)
     assert not Agent.objects.exists()
 
 

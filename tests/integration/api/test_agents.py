@@ -102,6 +102,46 @@ def test_bad_agents_are_400_naming_the_field_and_nothing_is_written(live_api, wr
     assert not Agent.objects.exists()
 
 
+HOSTED = "python:my_pkg.agents:CurrencyAgentExecutor"
+
+
+def test_an_agent_with_a_hosted_executor_is_created_and_updated(live_api, write):
+    created = live_api.post("/api/v1/agents/", json={**NEW, "executor": HOSTED}, headers=write)
+    assert created.status_code == 201, created.text
+    assert created.json()["executor"] == HOSTED
+    changed = live_api.patch(
+        "/api/v1/agents/made-by-api", json={"executor": "python:other.mod:make"}, headers=write
+    )
+    assert changed.status_code == 200, changed.text
+    assert Agent.objects.get(slug="made-by-api").executor == "python:other.mod:make"
+    listed = live_api.get("/api/v1/agents/?executor=python:other.mod:make", headers=write)
+    assert [a["slug"] for a in listed.json()["results"]] == ["made-by-api"]
+
+
+@pytest.mark.parametrize(
+    ("executor", "says"),
+    [
+        ("magic", "unknown executor"),
+        ("python:x", "python:<module>:<attribute>"),
+        ("python:my-pkg:X", "is not a module path"),
+        ("python:pkg:1X", "is not a Python identifier"),
+    ],
+)
+def test_a_bad_executor_is_400_naming_it_and_nothing_is_written(live_api, write, executor, says):
+    answer = live_api.post("/api/v1/agents/", json={**NEW, "executor": executor}, headers=write)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert says in " ".join(error["fields"]["executor"]), error
+    assert not Agent.objects.exists()
+    kept = AgentFactory(slug="kept", executor="echo")
+    patched = live_api.patch("/api/v1/agents/kept", json={"executor": executor}, headers=write)
+    assert patched.status_code == 400, patched.text
+    assert "executor" in patched.json()["error"]["fields"]
+    kept.refresh_from_db()
+    assert kept.executor == "echo"
+
+
 def test_a_bad_update_changes_nothing(live_api, write):
     agent = AgentFactory(slug="kept", description="before")
     answer = live_api.patch(

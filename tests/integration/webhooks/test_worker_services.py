@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import WorkerHeartbeat
+from tests.factories import AgentFactory
 from webhooks.services import worker_heartbeat, worker_register
 
 pytestmark = pytest.mark.django_db
@@ -24,3 +25,23 @@ def test_worker_heartbeat_registers_again_when_the_backlog_re_enqueue_failed():
     WorkerHeartbeat.objects.filter(hostname="w2").update(backlog_reenqueued_at=None)
     assert worker_heartbeat(hostname="w2", queues=["webhooks"]) is True
     assert WorkerHeartbeat.objects.get(hostname="w2").backlog_reenqueued_at is not None
+
+
+def test_a_worker_on_agents_reports_its_hosted_executors_at_start_and_with_each_beat():
+    AgentFactory(slug="quiet", executor="python:tests.hosted_agents:QuietExecutor")
+    AgentFactory(slug="off", executor="python:no_such_module:Off", enabled=False)
+    worker_register(hostname="w3", queues=["agents", "heartbeat"])
+    row = WorkerHeartbeat.objects.get(hostname="w3")
+    assert row.hosted == {"python:tests.hosted_agents:QuietExecutor": None}  # enabled only
+
+    AgentFactory(slug="broken", executor="python:no_such_module:X")
+    assert worker_heartbeat(hostname="w3", queues=["agents", "heartbeat"]) is False
+    row.refresh_from_db()
+    assert row.hosted["python:tests.hosted_agents:QuietExecutor"] is None
+    assert row.hosted["python:no_such_module:X"].startswith("ModuleNotFoundError: ")
+
+
+def test_a_worker_not_on_agents_reports_no_hosted_executor():
+    AgentFactory(slug="quiet", executor="python:tests.hosted_agents:QuietExecutor")
+    assert worker_heartbeat(hostname="w4", queues=["webhooks"]) is True
+    assert WorkerHeartbeat.objects.get(hostname="w4").hosted == {}
