@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import factory
-from django.db import transaction
 
 from agents.models import Agent
 from agents.signing import signing_key_create_for_new_agent
@@ -48,19 +47,13 @@ def task_create(
     context_id: str | None = None,
     metadata: dict | None = None,
 ) -> Task:
-    """A task opened for a client's first message, in the caller's transaction (not durable:
-    a test may call it inside one) and without an idempotency receipt, which SendMessage's
-    write (`services.task_send`) claims for authenticated callers.
-
-    One transaction: Task (SUBMITTED), the message in its history, TaskEvent seq 1 and an
-    executor dispatch. After commit: the executor job is enqueued (built-in executors).
-    """
-    msg = services._as_message(message)
-    with transaction.atomic():
-        task, _ = services._open_task(
-            agent=agent, owner=owner, msg=msg, context_id=context_id, metadata=metadata
-        )
-    services.lifecycle_log.info(
-        "task created", extra={"task_id": str(task.id), "agent": agent.slug}
-    )
-    return task
+    """A task opened for a client's first message through SendMessage's own write
+    (`services.task_send`: the Task, its message, TaskEvent seq 1 and the executor dispatch,
+    as the protocol stores them), for tests whose subject is what happens to the task next.
+    `context_id` is the message's contextId, as a client would send it."""
+    if context_id is not None:
+        if isinstance(message, dict):
+            message = {**message, "contextId": context_id}
+        else:
+            message.context_id = context_id
+    return services.task_send(agent=agent, owner=owner, message=message, metadata=metadata).task

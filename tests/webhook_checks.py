@@ -22,14 +22,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.management import call_command
-from django.db import transaction
 from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
 from agents.signing import jwks
+from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import TERMINAL_STATES
-from tests.factories import task_create, user_message
+from tests.factories import user_message
 from tests.processes import wait_until
 from tests.webhook_receiver import ReceiverProcess, Record
 from webhooks.job_names import SWEEP_DELIVERIES_JOB
@@ -77,9 +77,14 @@ def start_beat(procs, **env: str):
 def open_task(agent, text: str, *configs: dict[str, Any]) -> tuple[Task, list[PushConfig]]:
     """A task and its push configs in one transaction (as SendMessage with an inline config
     does): the snapshot is the task as created, every later event is owed."""
-    with transaction.atomic():
-        task = task_create(agent=agent, owner="o", message=user_message(text))
-        pushes = [push_config_create(task=task, config=cfg).config for cfg in configs]
+    pushes: list[PushConfig] = []
+
+    def register(result) -> None:  # SendMessage's inline config, inside the send's transaction
+        pushes.extend(push_config_create(task=result.task, config=cfg).config for cfg in configs)
+
+    task = services.task_send(
+        agent=agent, owner="o", message=user_message(text), within=register
+    ).task
     return task, pushes
 
 

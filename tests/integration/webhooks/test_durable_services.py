@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from tests.factories import AgentFactory, task_create, user_message
+from tasks import services
+from tests.factories import AgentFactory, user_message
 from webhooks.delivery.claim_record import DeliveryClaim, delivery_claim_batch, delivery_record_many
 from webhooks.delivery.transport import TransportResult
 from webhooks.services import (
@@ -49,7 +50,14 @@ def test_outermost_service_runs_on_its_own(name):
 def test_push_config_create_runs_inside_the_callers_transaction():
 
     agent = AgentFactory(executor="external")
-    with transaction.atomic():
-        task = task_create(agent=agent, owner="o", message=user_message("hi"))
-        binding = push_config_create(task=task, config={"url": "https://hooks.example.org/a"})
+    made = []  # inside SendMessage's own transaction, as an inline config is
+    task = services.task_send(
+        agent=agent,
+        owner="o",
+        message=user_message("hi"),
+        within=lambda result: made.append(
+            push_config_create(task=result.task, config={"url": "https://hooks.example.org/a"})
+        ),
+    ).task
+    (binding,) = made
     assert binding.config.task_id == task.pk
