@@ -244,18 +244,41 @@ A2A_DISPATCH_MAX_TRIES = env.int("A2A_DISPATCH_MAX_TRIES", default=3)
 A2A_DISPATCH_DRAIN_SECONDS = env.float("A2A_DISPATCH_DRAIN_SECONDS", default=2)
 A2A_DISPATCH_DRAIN_LINGER_SECONDS = env.float("A2A_DISPATCH_DRAIN_LINGER_SECONDS", default=0.5)
 A2A_SWEEP_INTERVAL_SECONDS = env.int("A2A_SWEEP_INTERVAL_SECONDS", default=10)
+# Hosted a2a-sdk executors (tasks/executors/host.py): runs in flight at once per worker process
+# (a dispatch beyond it waits, its task SUBMITTED; their events are written on the
+# A2A_ORM_THREADS threads), how long a stopped `execute()` or a `cancel()` gets, and how long
+# a stopping worker lets its runs finish before it hands them back to run elsewhere.
+A2A_HOSTED_CONCURRENCY = env.int("A2A_HOSTED_CONCURRENCY", default=200)
+A2A_HOSTED_STOP_GRACE_SECONDS = env.float("A2A_HOSTED_STOP_GRACE_SECONDS", default=5)
+A2A_HOSTED_SHUTDOWN_GRACE_SECONDS = env.float("A2A_HOSTED_SHUTDOWN_GRACE_SECONDS", default=10)
 # Event hub: how often the SQLite fallback polls for new events.
 A2A_EVENT_HUB_POLL_SECONDS = env.float("A2A_EVENT_HUB_POLL_SECONDS", default=0.2)
 # A message (or artifact) with more parts than this is refused (InvalidParams).
 A2A_MAX_PARTS_PER_MESSAGE = env.int("A2A_MAX_PARTS_PER_MESSAGE", default=100)
 
+# Log lines (docs/observability.md, "Logs"): "text", one human-readable line per record (the
+# message, then key=value pairs), or "json", one JSON object per line for a log pipeline, from
+# every process (web, worker, beat), with the web server's and Celery's own lines.
+A2A_LOG_FORMAT = env.str("A2A_LOG_FORMAT", default="text")
+if A2A_LOG_FORMAT not in {"text", "json"}:
+    raise ImproperlyConfigured(f"A2A_LOG_FORMAT must be text or json, not {A2A_LOG_FORMAT!r}")
+# dictConfig(LOGGING), then the web server's own loggers through the same handler in json mode.
+LOGGING_CONFIG = "a2a_platform.logging.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "kv": {"()": "a2a_platform.logging.KeyValueFormatter"},
+        "text": {"()": "a2a_platform.logging.KeyValueFormatter"},
+        "json": {"()": "a2a_platform.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "kv"}},
+    "filters": {"trace_context": {"()": "a2a_platform.logging.TraceContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": A2A_LOG_FORMAT,
+            "filters": ["trace_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -271,6 +294,12 @@ LOGGING = {
         # worker's CPU (docs/decisions.md, "Web and worker processes"). The task's events
         # are its durable record; INFO shows every step.
         "tasks.lifecycle": {"level": env.str("A2A_TASK_LOG_LEVEL", default="WARNING")},
+        # Loggers Celery and billiard keep from propagating, which Celery gives a handler
+        # of its own format unless they have one: this one.
+        **{
+            name: {"handlers": ["console"], "propagate": False}
+            for name in ("celery.task", "multiprocessing")
+        },
     },
 }
 # The task store and the outbox store (tasks/task_store/, webhooks/delivery/outbox_store/): "auto"

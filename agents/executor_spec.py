@@ -38,6 +38,11 @@ def _identifier(part: str) -> bool:
     return bool(_IDENTIFIER.match(part)) and not keyword.iskeyword(part)
 
 
+def is_hosted(executor: str) -> bool:
+    """Whether an agent's `executor` value names a hosted executor (`python:…`)."""
+    return executor.startswith(HOSTED_PREFIX)
+
+
 def hosted_spec(value: str) -> HostedSpec | None:
     """The hosted executor `value` names, or None when it names a built-in or `external`.
     Raises ValidationError (code `invalid_executor`) for anything else, saying what is wrong."""

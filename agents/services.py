@@ -239,7 +239,7 @@ def agent_update(*, agent_pk: int, changes: dict[str, Any], actor: str) -> Agent
     if unknown:
         raise AgentError(f"not editable: {', '.join(sorted(unknown))}")
     with transaction.atomic(durable=True):
-        agent = Agent.objects.select_for_update().get(pk=agent_pk)
+        agent = Agent.objects.select_for_update(no_key=True).get(pk=agent_pk)
         for field, value in changes.items():
             setattr(agent, field, value)
         _full_clean(agent)

@@ -45,7 +45,10 @@ def b64url_decode(text: str) -> bytes:
 
 
 def _lock_agent(agent: Agent) -> Agent:
-    return Agent.objects.select_for_update().get(pk=agent.pk)
+    """The agent row locked for its key operations: FOR NO KEY UPDATE, which serialises them
+    without blocking the key checks of rows that name the agent (a SendMessage's task), so a
+    rebind that rotates the key and then locks tasks cannot deadlock with a send."""
+    return Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
 
 
 def _new_key(agent: Agent, state: str = SigningKeyState.ACTIVE) -> SigningKey:

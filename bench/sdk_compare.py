@@ -869,6 +869,26 @@ def spread(values: list[float]) -> str:
     )
 
 
+def over_rounds(valid: list[float], meets: list[bool], rounds: int, missed: str) -> tuple[str, str]:
+    """A ratio over the rounds: min / median / max of its `valid` values (void rounds left
+    out, and counted against `rounds`), and the verdict against its target from `meets`
+    (each valid value's): only from two valid rounds or more, and only when every round
+    agrees (`missed`: the word when none meets it)."""
+    if len(valid) < 2:
+        verdict = f"no verdict from {len(valid)} valid round(s)"
+    elif all(meets):
+        verdict = f"meets in all {len(valid)} valid rounds"
+    elif not any(meets):
+        verdict = f"{missed} in all {len(valid)} valid rounds"
+    else:
+        verdict = f"mixed over {len(valid)} valid rounds"
+    ratio = (
+        f"{min(valid):.2f}x / {statistics.median(valid):.2f}x / {max(valid):.2f}x" if valid else "-"
+    )
+    void_note = f", {rounds - len(valid)} of {rounds} void" if len(valid) < rounds else ""
+    return ratio, verdict + void_note
+
+
 def print_spread(rounds: list[dict[str, dict[str, dict]]], sides: list[str]) -> None:
     """Per figure over the rounds: each server's req/s and the ratio as min / median / max,
     void runs left out (and counted); a verdict only from two rounds or more, and only when
@@ -887,21 +907,8 @@ def print_spread(rounds: list[dict[str, dict[str, dict]]], sides: list[str]) -> 
             ratios = [ratio_or_void(r["platform"][name], r["sdk"][name])[0] for r in rounds]
             valid = [x for x in ratios if x is not None]
             target = TARGETS[name]
-            if len(valid) < 2:
-                verdict = f"no verdict from {len(valid)} valid round(s)"
-            elif min(valid) >= target:
-                verdict = f"meets in all {len(valid)} valid rounds"
-            elif max(valid) < target:
-                verdict = f"below in all {len(valid)} valid rounds"
-            else:
-                verdict = f"mixed over {len(valid)} valid rounds"
-            ratio = (
-                f"{min(valid):.2f}x / {statistics.median(valid):.2f}x / {max(valid):.2f}x"
-                if valid
-                else "-"
-            )
-            void_note = f", {n - len(valid)} of {n} void" if len(valid) < n else ""
-            line += f"   ratio {ratio} (target >= {target:.1f}x: {verdict}{void_note})"
+            ratio, verdict = over_rounds(valid, [x >= target for x in valid], n, "below")
+            line += f"   ratio {ratio} (target >= {target:.1f}x: {verdict})"
         print(line, flush=True)
 
 

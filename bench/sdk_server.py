@@ -24,16 +24,8 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import (
-    AgentCapabilities,
-    AgentCard,
-    AgentInterface,
-    AgentSkill,
-    Part,
-    Task,
-    TaskState,
-    TaskStatus,
-)
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part
+from hosted_agents import start_task  # bench/ is this script's directory: on sys.path
 from starlette.applications import Starlette
 
 COMPLETED = 0
@@ -44,17 +36,7 @@ class EchoExecutor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         global COMPLETED
-        if context.current_task is None:
-            await event_queue.enqueue_event(
-                Task(
-                    id=context.task_id,
-                    context_id=context.context_id,
-                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
-                    history=[context.message] if context.message else [],
-                )
-            )
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        await updater.start_work()
+        updater = await start_task(context, event_queue)
         await updater.add_artifact([Part(text=context.get_user_input())], name="echo")
         await updater.complete()
         COMPLETED += 1
@@ -64,10 +46,21 @@ class EchoExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def card(base: str) -> AgentCard:
+ECHO_SKILL = AgentSkill(id="echo", name="echo", description="echoes", tags=["echo"])
+
+
+def card(
+    base: str,
+    *,
+    name: str = "SDK echo",
+    description: str = "The official SDK's server with an echo agent (bench baseline)",
+    skill: AgentSkill = ECHO_SKILL,
+) -> AgentCard:
+    """The card of a server at `base`: both bindings (HTTP+JSON at the root, JSON-RPC at
+    /rpc), streaming, text in and out, one skill (bench/hosted_bench.py's SDK servers too)."""
     return AgentCard(
-        name="SDK echo",
-        description="The official SDK's server with an echo agent (bench baseline)",
+        name=name,
+        description=description,
         version="1.0.0",
         supported_interfaces=[
             AgentInterface(url=base, protocol_binding="HTTP+JSON", protocol_version="1.0"),
@@ -76,7 +69,7 @@ def card(base: str) -> AgentCard:
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
-        skills=[AgentSkill(id="echo", name="echo", description="echoes", tags=["echo"])],
+        skills=[skill],
     )
 
 
@@ -89,10 +82,11 @@ def store(kind: str, path: str):
     return DatabaseTaskStore(create_async_engine(f"sqlite+aiosqlite:///{path}"))
 
 
-def app(base: str, kind: str, path: str) -> Starlette:
-    agent_card = card(base)
+def app(agent_card: AgentCard, executor: AgentExecutor, task_store) -> Starlette:
+    """`DefaultRequestHandler` for `executor` over `task_store`: the card, the JSON-RPC route
+    (/rpc) and the HTTP+JSON routes (bench/hosted_bench.py's SDK servers too)."""
     handler = DefaultRequestHandler(
-        agent_executor=EchoExecutor(), task_store=store(kind, path), agent_card=agent_card
+        agent_executor=executor, task_store=task_store, agent_card=agent_card
     )
     routes = [
         *create_agent_card_routes(agent_card),
@@ -114,7 +108,7 @@ def main() -> None:
         print(f"completed {COMPLETED}", flush=True)
 
     config = uvicorn.Config(
-        app(base, args.store, args.sqlite_path),
+        app(card(base), EchoExecutor(), store(args.store, args.sqlite_path)),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

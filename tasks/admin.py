@@ -26,7 +26,15 @@ class ArtifactInline(ReadOnlyInline):
 
 class DispatchInline(ReadOnlyInline):
     model = ExecutorDispatch
-    fields = ("state", "not_before", "enqueues", "claims", "claimed_by", "lease_expires_at")
+    fields = (
+        "state",
+        "not_before",
+        "enqueues",
+        "claims",
+        "claimed_by",
+        "lease_expires_at",
+        "error",
+    )
 
 
 class OrphanedFilter(admin.SimpleListFilter):

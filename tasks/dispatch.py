@@ -22,9 +22,10 @@ from django.utils import timezone
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.on_commit import enqueue_on_commit, send_job
+from agents.executor_spec import is_hosted
 from agents.models import Agent, Executor
 from tasks.errors import NotExternalExecutor
-from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_EXECUTOR_JOB
+from tasks.job_names import RUN_DUE_DISPATCHES_JOB, RUN_DUE_HOSTED_JOB, RUN_EXECUTOR_JOB
 from tasks.models import ACTIVE_DISPATCH_STATES, DispatchState, ExecutorDispatch, Task
 from tasks.task_store import get_task_store
 from tasks.task_store.base import ReleaseOutcome
@@ -57,6 +58,13 @@ def ring_for_due_dispatches() -> None:
         doorbell.release(RUN_DUE_DISPATCHES_JOB)
 
 
+def ring_for_hosted_runs() -> None:
+    """Publish a RUN_DUE_HOSTED_JOB unless one is on its way or a worker's host watches the
+    bell (it hears the ring and claims): new hosted dispatches cost a ring, not a job each."""
+    if doorbell.ring(RUN_DUE_HOSTED_JOB) and not send_job(RUN_DUE_HOSTED_JOB, []):
+        doorbell.release(RUN_DUE_HOSTED_JOB)
+
+
 def ring_for_a_helper() -> None:
     """A drain claimed a full batch (a backlog): publish a helper job, which drains beside it
     without lingering, unless one is on its way (a bell of its own, given back as the helper
@@ -67,11 +75,18 @@ def ring_for_a_helper() -> None:
         doorbell.release(DUE_HELPER_BELL)
 
 
+def _announce_run(dispatch_id: int, executor: str, countdown: float | None = None) -> None:
+    """Publish the dispatch's executor job after commit: a hosted executor's goes to the
+    worker's host (tasks/executors/host.py), which claims it only when it has a slot."""
+    kwargs = {"hosted": True} if is_hosted(executor) else None
+    enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch_id], countdown=countdown, kwargs=kwargs)
+
+
 def _announce(dispatch: ExecutorDispatch, countdown: float | None = None) -> None:
     """Count one enqueue and, for Celery executors, publish the job after commit."""
     dispatch.enqueues += 1
     if _uses_celery(dispatch.task):
-        enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk], countdown=countdown)
+        _announce_run(dispatch.pk, dispatch.task.agent.executor, countdown)
 
 
 def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispatch | None:
@@ -95,16 +110,21 @@ def dispatch_open(task: Task, *, progress: dict | None = None) -> ExecutorDispat
 def dispatch_announce_new(dispatches: Sequence[ExecutorDispatch]) -> None:
     """After the write of new tasks with their first dispatches (each counted as enqueued
     once; inside its transaction, or after a write that committed alone): announce them
-    after commit, the quick executors' with one ring of the doorbell for all."""
-    quick = False
+    after commit, the quick executors' with one ring of the doorbell for all, the hosted ones'
+    with one ring of theirs."""
+    quick = hosted = False
     for dispatch in dispatches:
         executor = dispatch.task.agent.executor
         if executor in QUICK_EXECUTORS:
             quick = True
+        elif is_hosted(executor):
+            hosted = True
         elif executor != Executor.EXTERNAL:
-            enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch.pk])
+            _announce_run(dispatch.pk, executor)
     if quick:
         transaction.on_commit(ring_for_due_dispatches, robust=True)
+    if hosted:
+        transaction.on_commit(ring_for_hosted_runs, robust=True)
 
 
 @dataclass(frozen=True)
@@ -263,13 +283,23 @@ def dispatch_finish(
             return False
         if released.outcome != ReleaseOutcome.DONE and released.executor != Executor.EXTERNAL:
             countdown = run_again_after if released.outcome == ReleaseOutcome.AGAIN else None
-            enqueue_on_commit(RUN_EXECUTOR_JOB, [dispatch_id], countdown=countdown)
+            _announce_run(dispatch_id, released.executor, countdown)
     if released.outcome == ReleaseOutcome.INPUT:
         logger.info(
             "client input arrived during the run; dispatch pending again",
             extra={"task_id": str(released.task_id), "dispatch_id": dispatch_id},
         )
     return True
+
+
+# How much of a failure's text a dispatch row keeps.
+ERROR_MAX_CHARS = 20_000
+
+
+def dispatch_record_error(*, dispatch_id: int, error: str) -> None:
+    """Keep why a run failed its task on the dispatch row, for the console (a traceback: never
+    on the wire). One statement, after the failure's own write."""
+    ExecutorDispatch.objects.filter(pk=dispatch_id).update(error=error[:ERROR_MAX_CHARS])
 
 
 @dataclass(frozen=True)
@@ -286,9 +316,11 @@ def dispatch_sweep_stranded(*, now=None, batch: int = 500) -> StrandedSweep:
 
     Stranded: PENDING and due for longer than A2A_DISPATCH_UNCLAIMED_SECONDS (the broker
     message was lost, or no worker consumed it), or CLAIMED with an expired lease (the worker
-    died). External-executor dispatches wait for a worker to poll; only their lapsed leases
-    count as tries. Row level only: failing the lost dispatches' tasks is a lifecycle write,
-    done by tasks.sweeper.dispatch_sweep after this transaction commits.
+    died). External-executor dispatches wait for a worker to poll, and hosted ones for a
+    host's free slot (tasks/executors/host.py): only their lapsed leases count as tries, and
+    a hosted one waiting long is announced again. Row level only: failing the lost
+    dispatches' tasks is a lifecycle write, done by tasks.sweeper.dispatch_sweep after this
+    transaction commits.
     """
     now = now or timezone.now()
     unclaimed_before = now - timedelta(seconds=settings.A2A_DISPATCH_UNCLAIMED_SECONDS)
@@ -310,7 +342,10 @@ def dispatch_sweep_stranded(*, now=None, batch: int = 500) -> StrandedSweep:
             lapsed = dispatch.state == DispatchState.CLAIMED
             if external and not lapsed:
                 continue
-            tries = dispatch.claims if external else dispatch.enqueues
+            if external or is_hosted(dispatch.task.agent.executor):
+                tries = dispatch.claims if lapsed else 0
+            else:
+                tries = dispatch.enqueues
             if tries >= max_tries:
                 dispatch.state = DispatchState.LOST
                 dispatch.lease_expires_at = None

@@ -10,5 +10,8 @@ RUN_EXECUTOR_JOB = "tasks.run_executor"
 # Runs the quick executors' due dispatches, many per job (queue `agents`); published when a
 # new such dispatch rings the doorbell (tasks/dispatch.py).
 RUN_DUE_DISPATCHES_JOB = "tasks.run_due_dispatches"
+# Claims the due dispatches of hosted executors for this worker's host (queue `agents`), many
+# per job; published when a new such dispatch rings the doorbell (tasks/dispatch.py).
+RUN_DUE_HOSTED_JOB = "tasks.run_due_hosted"
 # The dispatch sweeper on beat (queue `heartbeat`): tasks/sweeper.dispatch_sweep.
 SWEEP_DISPATCHES_JOB = "tasks.sweep_dispatches"

@@ -171,6 +171,13 @@ class ExecutorDispatch(models.Model):
     claimed_by = models.CharField(max_length=255, blank=True)
     # Executor-private progress (e.g. the scripted executor's program counter).
     progress = models.JSONField(default=dict, blank=True)
+    error = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Why its run failed the task, as the worker logged it (a hosted executor's "
+        "traceback, a refused event): for operators, never on the wire",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

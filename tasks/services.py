@@ -167,8 +167,12 @@ def _store_message(task: Task, msg: a2a_pb2.Message) -> Message:
     return message
 
 
-def _agent_status_message(task: Task, message: MessageInput | str | None) -> dict | None:
-    """An agent status message with the task's ids filled in, as ProtoJSON."""
+def _agent_status_message(
+    task: Task, message: MessageInput | str | None, *, direct: bool = False
+) -> dict | None:
+    """An agent status message with the task's ids filled in, as ProtoJSON. A `direct`
+    answer (a Message instead of a task) keeps the task id its agent gave it, none when it
+    gave none: the client asked no task of it (spec §3.1.2; the SDK's server answers so)."""
     if message is None:
         return None
     if isinstance(message, str):
@@ -180,7 +184,8 @@ def _agent_status_message(task: Task, message: MessageInput | str | None) -> dic
     msg = _as_message(message, "status.message")
     if msg.role != a2a_pb2.ROLE_AGENT:
         raise InvalidPayload("status.message.role", "a status message comes from the agent")
-    msg.task_id = str(task.id)
+    if not direct or msg.task_id:
+        msg.task_id = str(task.id)
     msg.context_id = task.context_id
     return wire.to_json(msg)
 
@@ -288,7 +293,7 @@ def task_reply_with_message(*, task_id: object, message: MessageInput | str) -> 
     """
     with transaction.atomic():
         task = lock_task(task_id)
-        status_message = _agent_status_message(task, message)
+        status_message = _agent_status_message(task, message, direct=True)
         _store_message(task, wire.parse_message(status_message))
         task.answered_with_message = True
         _set_status(task, TaskState.COMPLETED, status_message)
@@ -361,6 +366,71 @@ def _add_artifact(
         pending=pending,
         artifact=existing,
     )
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """A move, as `task_transition` writes it (`task_write_updates`)."""
+
+    to_state: TaskState | str
+    message: MessageInput | str | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactUpdate:
+    """An artifact or a chunk of one, as `task_add_artifact` writes it (`task_write_updates`)."""
+
+    artifact: dict[str, Any] | a2a_pb2.Artifact
+    append: bool = False
+    last_chunk: bool = False
+
+
+def task_write_updates(
+    *,
+    task_id: object,
+    updates: Sequence[StatusUpdate | ArtifactUpdate],
+    savepoint: bool = True,
+) -> Task:
+    """An executor's updates in turn, each as `task_transition` or `task_add_artifact` writes
+    it (the same checks, events and side effects), in one transaction with the task locked
+    once: the events written in one statement for each artifact they touch (one for a
+    start, an artifact and the end), not one transaction each. All or nothing: an update
+    refused raises as it would alone and nothing of the others is written (a hosted run's
+    burst of events: tasks/executors/hosted.py). `savepoint=False`: inside a caller's
+    transaction, join it without a savepoint of its own (two statements fewer); an error then
+    rolls the caller's whole transaction back."""
+    with transaction.atomic(savepoint=savepoint):
+        task = lock_task(task_id)
+        pending = _PendingEvents()
+        for update in updates:
+            if isinstance(update, StatusUpdate):
+                message = _agent_status_message(task, update.message)
+                _set_status(task, TaskState(update.to_state), message, pending=pending)
+                continue
+            if task.task_state in TERMINAL_STATES:
+                raise TaskTerminal(task.id, task.state)
+            art, chunk = _parse_artifact(update.artifact)
+            existing = pending.artifact
+            if existing is None or existing.artifact_id != art.artifact_id:
+                # One artifact per statement (append_events): another one's events first.
+                _write_locked(task, pending)
+                pending = _PendingEvents()
+                existing = get_task_store().artifact(task, art.artifact_id)
+            _add_artifact(
+                task,
+                art,
+                chunk,
+                existing,
+                append=update.append,
+                last_chunk=update.last_chunk,
+                pending=pending,
+            )
+        _write_locked(task, pending)
+    lifecycle_log.info(
+        "task updated",
+        extra={"task_id": str(task.id), "state": task.state, "seq": task.last_seq},
+    )
+    return task
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 from django.core.management import call_command
 from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
@@ -46,6 +47,15 @@ WORKER_ENV = {
     "A2A_WEBHOOK_AUTH_RETRY_SCHEDULE": "1",
     "A2A_WEBHOOK_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
 }
+
+
+# A module whose real processes deliver to receivers on loopback: its data committed (the
+# processes read it), slow, and this process allowed to register loopback webhooks.
+LOOPBACK_DELIVERY_MARKS = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("loopback_receivers"),
+]
 
 
 def configure(settings) -> None:

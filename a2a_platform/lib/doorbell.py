@@ -24,8 +24,9 @@ nobody hears one: the behaviour without a bell.
 Rings heard travel on one Redis channel, whatever the bell: each names the token of the drain
 it is for, and each process that listens keeps one subscriber thread, which hands a ring to
 the callbacks registered in that process (each callback keeps those naming its own token).
-The delivery pumps (webhooks/delivery/bell.py) and the quick executors' drain
-(tasks/executors/runner.py) ring, watch and hear this way.
+The delivery pumps (webhooks/delivery/bell.py), the quick executors' drain
+(tasks/executors/runner.py) and the hosted runs' drain (tasks/executors/host.py) ring, watch
+and hear this way.
 """
 
 from __future__ import annotations

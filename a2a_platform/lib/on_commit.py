@@ -44,6 +44,14 @@ def send_job(
     return True
 
 
-def enqueue_on_commit(name: str, args: list[Any], *, countdown: float | None = None) -> None:
+def enqueue_on_commit(
+    name: str,
+    args: list[Any],
+    *,
+    countdown: float | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
     """Publish job `name` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: send_job(name, args, countdown=countdown), robust=True)
+    transaction.on_commit(
+        lambda: send_job(name, args, countdown=countdown, kwargs=kwargs), robust=True
+    )

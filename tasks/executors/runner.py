@@ -23,6 +23,7 @@ from django.db import transaction
 
 from a2a_platform.lib import doorbell
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
+from agents.executor_spec import is_hosted
 from tasks.dispatch import (
     DUE_HELPER_BELL,
     DispatchClaim,
@@ -63,6 +64,11 @@ def run_dispatch(*, dispatch_id: int, worker: str) -> str:
     if claim is None:
         logger.info("dispatch not claimable; nothing to do", extra=extra)
         return "skipped"
+    if is_hosted(claim.executor):
+        # A hosted dispatch announced as a built-in's (published before hosts took them):
+        # handed back, due now, and announced again for a host (tasks/executors/host.py).
+        release_claim(claim, worker, progress=claim.progress, run_again_after=0)
+        return "handed to a host"
     return _run_claimed(claim, worker)
 
 
@@ -97,7 +103,7 @@ def run_due(
         doorbell.release(DUE_HELPER_BELL)  # the next full batch may ask for another
         ran, more = _drain(worker, limit, deadline)
     else:
-        drain = _Drain(linger)
+        drain = BellWatch(RUN_DUE_DISPATCHES_JOB, linger)
         try:
             ran, more = _drain(worker, limit, deadline, drain)
         finally:
@@ -111,11 +117,12 @@ def run_due(
     return ran
 
 
-class _Drain:
+class BellWatch:
     """The bell a drain watches (with its own token, refreshed within the bell's TTL) and the
-    rings it waits for."""
+    rings it waits for: the quick executors' drain here, the hosted runs' in host.py."""
 
-    def __init__(self, linger: float) -> None:
+    def __init__(self, bell: str, linger: float) -> None:
+        self.bell = bell
         self.token = uuid.uuid4().hex
         self.rung = threading.Event()
         self.watched_at: float | None = None
@@ -146,16 +153,16 @@ class _Drain:
         trip each); a drain that died stops watching it within the TTL."""
         now = time.monotonic()
         if self.watched_at is None or now - self.watched_at >= doorbell.RING_SECONDS / 3:
-            doorbell.watch(RUN_DUE_DISPATCHES_JOB, self.token)
+            doorbell.watch(self.bell, self.token)
             self.watched_at = now
 
     def stop(self) -> None:
         doorbell.unlisten(self.hear)
-        doorbell.release(RUN_DUE_DISPATCHES_JOB, self.token)
+        doorbell.release(self.bell, self.token)
 
 
 def _drain(
-    worker: str, limit: int | None, deadline: float, drain: _Drain | None = None
+    worker: str, limit: int | None, deadline: float, drain: BellWatch | None = None
 ) -> tuple[int, bool]:
     """Claim and run batches until out of work (and, watching the bell, no ring within the
     linger), `deadline` or `limit`; returns how many ran and whether the last batch was full
@@ -241,7 +248,8 @@ def _context(claim: DispatchClaim, *, batched: bool = False) -> ExecutorContext:
     )
 
 
-def _release(claim: DispatchClaim, worker: str, **kwargs) -> None:
+def release_claim(claim: DispatchClaim, worker: str, **kwargs) -> None:
+    """Release a claim (tasks.dispatch.dispatch_finish), riding out a database blip."""
     with_reconnect(
         lambda: dispatch_finish(dispatch_id=claim.dispatch_id, worker=worker, **kwargs),
         what="dispatch release",
@@ -253,7 +261,7 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
     dispatch_id = claim.dispatch_id
     extra = {"dispatch_id": dispatch_id, "task_id": claim.task_id}
     ctx = _context(claim)
-    release = functools.partial(_release, claim, worker)
+    release = functools.partial(release_claim, claim, worker)
     try:
         executor = get_executor(claim.executor)
         if executor is None:
@@ -291,14 +299,14 @@ def _settle(
     """After a run that returned (and committed): its dispatch pending again at the ETA a
     RunAgain asks for, left as it is after a terminal answer, else released."""
     if isinstance(outcome, RunAgain):
-        _release(claim, worker, progress=ctx.progress, run_again_after=outcome.after_seconds)
+        release_claim(claim, worker, progress=ctx.progress, run_again_after=outcome.after_seconds)
         return "again"
     if ctx.finished:
         # The run's last verb committed a terminal state and, in that transaction, closed
         # this dispatch: a release would lock the task to find no claim (one transaction
         # and a WAL flush per task for nothing).
         return "done"
-    _release(claim, worker, progress=ctx.progress)
+    release_claim(claim, worker, progress=ctx.progress)
     return "done"
 
 

@@ -12,7 +12,8 @@ Each bench creates its own database afresh on the test database's server, named 
 (`<name of DATABASE_URL>_bench_<bench>`, dropped afterwards), and uses the test broker (its
 Redis database is emptied after each bench, as after a test's processes). protocol_bench and
 sdk_compare drive load with `wrk` (Debian's package: `make test` installs it when it can);
-sdk_compare also starts a PostgreSQL server of its own (Debian's postgresql binaries).
+sdk_compare and hosted_bench also start a PostgreSQL server of their own (Debian's postgresql
+binaries).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 # A smoke bench that runs longer than this is stuck (each takes well under a minute).
 TIMEOUT = 240
+# The benches whose database lives on a PostgreSQL server of their own (initdb'd and removed
+# by the bench), not on the test database's server.
+OWN_SERVER = {"sdk_compare.py", "hosted_bench.py"}
 
 
 def _server() -> tuple[str, str]:
@@ -77,7 +81,7 @@ def run_bench(script: str, *args: str, database: str | None = None) -> str:
         )
     finally:
         forget_broker_state()
-        if name and script != "sdk_compare.py":  # sdk_compare's is on its own server
+        if name and script not in OWN_SERVER:
             _drop(server, name)
     out = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{out[-6000:]}"
@@ -213,5 +217,30 @@ def test_sdk_compare():
         assert len(re.findall(rf"^  {name} +\d+ ", out, re.M)) == 2, (figure, out[-6000:])
         expect(out, rf"^  {name} +(\d+\.\d+x|void: .+) +\(target ", rf"^  {name} +platform ")
     # The platform's own runs answered every request (a VOID on the SDK's side is its own).
+    platform = out.split("# the official SDK's server")[0]
+    assert "  VOID (" not in platform, platform[-6000:]
+
+
+def test_hosted_bench():
+    out = run_bench("hosted_bench.py", database="hosted")
+    expect(
+        out,
+        r"^# \d+ cores; .* the platform's worker -P \S+ -c \d+, A2A_HOSTED_CONCURRENCY ",
+        r"^# the platform \(PostgreSQL, durable\)$",
+        r"^# the official SDK's server \(memory task store\)$",
+        r"^# this round: platform / SDK in-memory \(target\)$",
+        r"^# spread over 1 round\(s\): min / median / max; void runs left out$",
+        r"^# load average at the end [\d.]+$",
+    )
+    for figure, unit, target in (
+        (r"time to all COMPLETED \(20 x 1 s\)", "s", r"<= 1\.5x"),
+        (r"trivial tasks completed /s", "/s", r">= 0\.5x"),
+    ):
+        # Both servers' figures, the ratio (or why it is void), the spread.
+        assert len(re.findall(rf"^  {figure} +[\d.]+ {unit} ", out, re.M)) == 2, (figure, out)
+        short = figure.split(r" \(")[0]
+        expect(out, rf"^  {short} +(\d+\.\d+x|void: .+) +\(target {target}\)$")
+        expect(out, rf"^  {short} +platform .* ratio ")
+    # The platform's tasks all ended COMPLETED with their artifact (the SDK's are its own).
     platform = out.split("# the official SDK's server")[0]
     assert "  VOID (" not in platform, platform[-6000:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -39,9 +40,18 @@ class LivePlatform:
 
 
 @pytest.fixture(scope="module")
-def _live_processes(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LivePlatform]:
+def live_worker_options() -> dict[str, Any]:
+    """How `_live_processes` starts its worker: tests.processes.start_worker's arguments
+    (name, pool, concurrency, env). A module that needs another worker overrides this."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def _live_processes(
+    django_db_setup, django_db_blocker, tmp_path_factory, live_worker_options
+) -> Iterator[LivePlatform]:
     log_dir = tmp_path_factory.mktemp("live")
-    worker = processes.start_worker(log_dir)
+    worker = processes.start_worker(log_dir, **live_worker_options)
     try:
         web = live.start_web(log_dir)
     except BaseException:

@@ -404,8 +404,9 @@ def release_late_held(limit: int = 1000) -> int:
     """Release held deliveries whose binding is active already: the sweeper's backstop for a
     transition that wrote its delivery as the notice's record activated the binding (on
     PostgreSQL the outbox write waits for the config row, then reads the binding as its
-    statement began: not active yet). Such a delivery is the newest of its config, so the
-    order holds. Returns how many were released."""
+    statement began: not active yet). The config's next outbox write releases it first
+    (outbox_store/postgres.py), so a run that goes on writing cannot overtake it; this
+    releases the one a run's last event left. Returns how many were released."""
     late = list(
         Delivery.objects.filter(state=DeliveryState.HELD, binding__activated_at__isnull=False)
         .order_by("id")

@@ -150,8 +150,16 @@ def rebind_get(pk: object) -> Rebind:
 
 
 def _lock(pk: object) -> Rebind:
+    """The rebind row locked (not its agent's: a select_for_update over the join would lock
+    the agent row too, and every write that inserts a row naming the agent, a SendMessage's
+    task or receipt, would then wait at its commit's key check while this transaction waits
+    for that write's task: a deadlock). FOR NO KEY UPDATE, as an UPDATE of it takes: it
+    serialises the rebind's operations without blocking those key checks."""
     rebind = (
-        Rebind.objects.select_for_update().select_related("agent").filter(pk=_rebind_pk(pk)).first()
+        Rebind.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("agent")
+        .filter(pk=_rebind_pk(pk))
+        .first()
     )
     if rebind is None:
         raise RebindNotFound(pk)
@@ -175,7 +183,9 @@ def rebind_start(req: RebindRequest, *, actor: str) -> Rebind:
     checked = precheck(req)
     now = timezone.now()
     with transaction.atomic(durable=True):
-        agent = Agent.objects.select_for_update().get(pk=req.agent.pk)
+        # FOR NO KEY UPDATE: it serialises rebind starts per agent without blocking the key
+        # checks of rows that name the agent (a SendMessage's task and receipt).
+        agent = Agent.objects.select_for_update(no_key=True).get(pk=req.agent.pk)
         conflict = open_conflict(req)
         if conflict is not None:
             raise conflict

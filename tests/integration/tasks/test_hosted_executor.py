@@ -133,7 +133,9 @@ def test_a_direct_message_answer_is_the_send_message_result(wire, worker):
     assert task.answered_with_message
 
 
-def test_an_exception_in_execute_fails_the_task_readably_without_the_trace(wire, worker):
+def test_an_exception_in_execute_fails_the_task_readably_without_the_trace(
+    wire, worker, admin_client
+):
     hosted(f"{TEST_AGENTS}:Raising")
     task = send(wire, user_message("go"))["task"]
     failed = wait_state(wire, task["id"], "FAILED")
@@ -143,6 +145,12 @@ def test_an_exception_in_execute_fails_the_task_readably_without_the_trace(wire,
     assert statuses(task["id"]) == ["submitted", "working", "failed"]
     worker.wait_for_log("rate service down at postgres://secret@db/rates")
     assert "Traceback" in worker.log()
+    # The whole trace is the operators': on the task's page in the console.
+    page = admin_client.get(f"/admin/tasks/task/{task['id']}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Traceback (most recent call last)" in html
+    assert "RuntimeError: rate service down at postgres://secret@db/rates" in html
 
 
 def test_an_execute_that_returns_leaving_the_task_working_fails_it_visibly(wire, worker):

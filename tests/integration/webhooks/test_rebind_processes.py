@@ -146,6 +146,24 @@ def run_rebind(*args: str) -> Rebind:
     return Rebind.objects.get(pk=out.getvalue().strip().splitlines()[0])
 
 
+def start_drain(agent, receiver) -> Rebind:
+    """The incident's rebind as the operator starts it: the agent's key rotated and the
+    receiver's hooks/v1 moved to hooks/v2 with a drain (an hour's deadline)."""
+    origin = receiver.origin
+    return run_rebind(
+        "start",
+        agent.slug,
+        "--rotate-key",
+        "--move-prefix",
+        f"{origin}/hooks/v1/",
+        f"{origin}/hooks/v2/",
+        "--policy",
+        "drain",
+        "--deadline",
+        "1h",
+    )
+
+
 def wait_state(rebind: Rebind, *states: str, timeout: float = 60) -> Rebind:
     return wait_until(
         lambda: Rebind.objects.filter(pk=rebind.pk, state__in=states).first(),
@@ -189,19 +207,7 @@ def test_the_incident_under_drain_strands_no_task(web, procs, tmp_path, agent, m
     tasks = open_tasks(web, agent, receiver, 3)
     all_delivered()
 
-    origin = receiver.origin
-    rebind = run_rebind(
-        "start",
-        agent.slug,
-        "--rotate-key",
-        "--move-prefix",
-        f"{origin}/hooks/v1/",
-        f"{origin}/hooks/v2/",
-        "--policy",
-        "drain",
-        "--deadline",
-        "1h",
-    )
+    rebind = start_drain(agent, receiver)
     # The command returns once the rebind drains; a fast worker may have delivered the three
     # notices (and so completed it) by the time the row is read.
     assert rebind.state in (RebindState.DRAINING, RebindState.COMPLETED)

@@ -111,9 +111,22 @@ WITH configs AS (
     -- Ids are taken in this order: per config, the deliveries follow the events.
     ORDER BY e.n, b.id
     RETURNING config_id, state
+), released AS (
+    -- Held on a binding its notice has activated since: written by a write whose statement
+    -- read the binding before the activation committed (it waited for the config row, then
+    -- read as it began). Released here, before the events written now can go out ahead of
+    -- them, rather than only by the sweeper (channel_moves.release_late_held).
+    UPDATE {_table(Delivery)} d SET state = {_literal(DeliveryState.PENDING)},
+        next_attempt_at = %(now)s
+    FROM {_table(PushBinding)} lb
+    WHERE d.config_id IN (SELECT id FROM configs)
+      AND d.state = {_literal(DeliveryState.HELD)}
+      AND lb.id = d.binding_id AND lb.activated_at IS NOT NULL
+    RETURNING d.config_id
 )
 UPDATE {_table(PushConfig)} p SET head_due_at = COALESCE(p.head_due_at, %(now)s)
 WHERE p.id IN (SELECT config_id FROM written WHERE state = {_literal(DeliveryState.PENDING)})
+   OR p.id IN (SELECT config_id FROM released)
 RETURNING p.id
 """
 
