@@ -162,6 +162,10 @@ REST_FRAMEWORK = {
     # One error body for every failure of every API (docs/api.md).
     "EXCEPTION_HANDLER": "a2a_platform.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "a2a_platform.api.schema.ApiAutoSchema",
+    # Request bodies are JSON, and the schema says so: with DRF's form and multipart parsers a
+    # generated client sent multipart, whose booleans and lists the form parser reads wrong
+    # (docs/decisions.md, "The management API"). Anything else is 415 unsupported_media_type.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     # Requests per token (or session user) on the management API; beyond: 429 `throttled`.
     "DEFAULT_THROTTLE_RATES": {"platform_api": env.str("A2A_API_RATE", default="1200/minute")},
 }

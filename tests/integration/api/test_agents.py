@@ -102,6 +102,21 @@ def test_bad_agents_are_400_naming_the_field_and_nothing_is_written(live_api, wr
     assert not Agent.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"files": {"slug": (None, "made-by-api")}, "data": {"name": "Made", "description": "a"}},
+        {"data": {**NEW, "enabled": "false"}},
+    ],
+    ids=["multipart", "form"],
+)
+def test_a_body_that_is_not_json_is_415_and_nothing_is_written(live_api, write, body):
+    answer = live_api.post("/api/v1/agents/", headers=write, **body)
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["error"]["code"] == "unsupported_media_type"
+    assert not Agent.objects.exists()
+
+
 HOSTED = "python:my_pkg.agents:CurrencyAgentExecutor"
 
 

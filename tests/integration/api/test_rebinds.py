@@ -57,7 +57,8 @@ def test_preview_then_start_then_read_and_cut_over(agent):
     assert detail["counts"]["noticePending"] == 2
     listed = api.get("/api/v1/rebinds/", {"state": "draining"}).json()["results"]
     assert [r["id"] for r in listed] == [rebind_id]
-    conflict = api.post("/api/v1/rebinds/", {"agent": "api-agent", "rotateKey": True})
+    again = {"agent": "api-agent", "rotateKey": True}
+    conflict = api.post("/api/v1/rebinds/", again, format="json")
     assert conflict.status_code == 409
     assert conflict.json()["error"]["code"] == "rebind_conflict"
     assert conflict.json()["error"]["rebind"] == rebind_id

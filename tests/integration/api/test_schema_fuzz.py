@@ -65,6 +65,15 @@ def test_the_schema_is_valid_openapi_3_and_covers_every_api_route(live_api):
     routes = {_shape(r) for r in _routes(get_resolver().url_patterns) if r.startswith("api/v1/")}
     assert routes
     assert routes - documented == set()
+    # Request bodies are JSON only: a client generated from the schema sends JSON.
+    bodies = {
+        (path, method): set(operation["requestBody"]["content"])
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if isinstance(operation, dict) and "requestBody" in operation
+    }
+    assert bodies
+    assert {key for key, types in bodies.items() if types != {"application/json"}} == set()
     create = schema["paths"]["/api/v1/agents/"]["post"]
     assert "Idempotency-Key" in [p["name"] for p in create["parameters"]]
     assert create["responses"]["400"]["content"]["application/json"]["schema"] == {
