@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -26,12 +27,12 @@ from tasks.executors.host import Host
 from tasks.models import DispatchState, ExecutorDispatch, Task
 from tasks.states import TaskState
 from tasks.sweeper import EXECUTOR_LOST_MESSAGE, dispatch_sweep
-from tests.factories import task_create, user_message
 from tests.processes import ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MODULE = "python:tests.integration.tasks.test_hosted_host"
+V1 = {"A2A-Version": "1.0"}
 
 
 class _Gauge:
@@ -116,9 +117,19 @@ def agent():
 
 
 def open_tasks(agent, count: int) -> list[Task]:
-    return [
-        task_create(agent=agent, owner="o", message=user_message(f"#{n}")) for n in range(count)
-    ]
+    """`count` tasks sent as a client sends them: SendMessage over JSON-RPC, returning at once
+    (the in-process ASGI app; no worker: the test's host takes them)."""
+    # Imported here: worker processes import this module for its executors, not the web app.
+    from tests.integration.protocol.conftest import Wire
+
+    wire, opened = Wire(), []
+    for n in range(count):
+        message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": f"#{n}"}]}
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        answer = wire.rpc("SendMessage", params, path=f"/{agent.slug}", headers=V1)
+        assert "result" in answer, answer
+        opened.append(Task.objects.get(pk=answer["result"]["task"]["id"]))
+    return opened
 
 
 def dispatch_id(task: Task) -> int:
