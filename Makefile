@@ -13,7 +13,7 @@ A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
 export A2A_WEBHOOK_ALLOWED_NETWORKS
 
-.PHONY: run test test-deep install browser bench-tools bench-smoke lint format clean
+.PHONY: run test test-deep install browser bench-tools promtool bench-smoke lint format clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,7 +54,25 @@ bench-tools:
 	    exit 3; \
 	  fi; }
 
-test: install browser bench-tools
+# tests/unit/test_alerts.py checks the alert rules and the dashboard's queries with promtool.
+# Only promtool is taken from Debian's prometheus package (downloaded, checked by apt, and
+# unpacked): installing the package would also install the server and its service, which
+# Debian starts. Installed here when missing (root with apt), else a hint.
+promtool:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing promtool from Debian's prometheus package (tests/unit/test_alerts.py)"; \
+	    apt-get update -qq && tmp="$$(mktemp -d)" && \
+	    (cd "$$tmp" && apt-get download -qq -o APT::Sandbox::User=root prometheus) && \
+	    dpkg-deb --fsys-tarfile "$$tmp"/prometheus_*.deb \
+	      | tar -xO ./usr/bin/promtool > /usr/local/bin/promtool && \
+	    chmod 755 /usr/local/bin/promtool && rm -rf "$$tmp"; \
+	  else \
+	    echo "the alert rules' tests need promtool (Debian's prometheus package): sudo make promtool"; \
+	    exit 3; \
+	  fi; }
+
+test: install browser bench-tools promtool
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
 	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
 

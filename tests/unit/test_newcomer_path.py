@@ -23,6 +23,20 @@ def test_make_test_installs_the_browser_before_it_runs_the_tests():
     assert "sudo apt-get install chromium" in plan
 
 
+def test_make_test_installs_promtool_alone_before_it_runs_the_tests():
+    plan = subprocess.run(
+        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    # Only promtool, unpacked from Debian's package: never the server and its service.
+    install = plan.find("apt-get download -qq -o APT::Sandbox::User=root prometheus")
+    assert install != -1, plan
+    assert install < plan.find("-m pytest")
+    assert "command -v promtool" in plan
+    assert "tar -xO ./usr/bin/promtool > /usr/local/bin/promtool" in plan
+    assert "apt-get install -y -qq prometheus" not in plan
+    assert "sudo make promtool" in plan
+
+
 def test_every_manage_py_command_in_the_readme_names_the_venvs_python():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"^(.*\bmanage\.py\b.*)$", readme, re.M)
