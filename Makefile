@@ -9,9 +9,11 @@ PORT ?= 8000
 A2A_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/a2a_platform
 A2A_TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # Local webhook receivers (make run demos, the tests' receiver processes) live on loopback,
-# which the SSRF policy refuses unless allowlisted. Production leaves it empty.
-A2A_WEBHOOK_ALLOWED_NETWORKS ?= 127.0.0.0/8,::1/128
-export A2A_WEBHOOK_ALLOWED_NETWORKS
+# which the SSRF policy refuses unless allowlisted. Production leaves it empty. `make run`
+# writes it into .env when .env does not set it, since every process reads .env: the
+# platform `make run` starts and a manage.py command in a second shell allow the same
+# networks. The tests get it on their command line.
+LOOPBACK_NETWORKS := 127.0.0.0/8,::1/128
 
 .PHONY: run test test-deep install browser bench-tools promtool bench-smoke lint format clean
 
@@ -24,6 +26,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 install: $(VENV)/.installed
 
 run: install
+	@grep -qs '^A2A_WEBHOOK_ALLOWED_NETWORKS=' .env || { \
+	  printf '%s\n' '# Written by make run: receivers on this machine (every process reads .env).' \
+	    'A2A_WEBHOOK_ALLOWED_NETWORKS=$(LOOPBACK_NETWORKS)' >> .env; \
+	  echo "make run: added A2A_WEBHOOK_ALLOWED_NETWORKS=$(LOOPBACK_NETWORKS) to .env"; }
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py sync_schedules
@@ -74,11 +80,13 @@ promtool:
 
 test: install browser bench-tools promtool
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_WEBHOOK_ALLOWED_NETWORKS=$(LOOPBACK_NETWORKS) \
 	A2A_PROFILE=test $(PY) -m pytest $(PYTEST_ARGS)
 
 # Only the benchmarks' smoke runs (each bench/*.py with --smoke: that it runs, not a figure).
 bench-smoke: install bench-tools
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_WEBHOOK_ALLOWED_NETWORKS=$(LOOPBACK_NETWORKS) \
 	A2A_PROFILE=test $(PY) -m pytest tests/bench $(PYTEST_ARGS)
 
 # The rebind model (tests/integration/webhooks/test_rebind_model.py) at depth: many more
@@ -87,6 +95,7 @@ MODEL_EXAMPLES ?= 200
 MODEL_STEPS ?= 50
 test-deep: install
 	DATABASE_URL=$(A2A_TEST_DATABASE_URL) CELERY_BROKER_URL=$(A2A_TEST_BROKER_URL) \
+	A2A_WEBHOOK_ALLOWED_NETWORKS=$(LOOPBACK_NETWORKS) \
 	A2A_PROFILE=test A2A_MODEL_RANDOM=1 A2A_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
 	A2A_MODEL_STEPS=$(MODEL_STEPS) $(PY) -m pytest --timeout 0 \
 	tests/integration/webhooks/test_rebind_model.py $(PYTEST_ARGS)

@@ -12,7 +12,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+# `.env` is read by every process (the web, the workers, beat and every manage.py command), so
+# a setting written there once is the same for `make run` and a command in a second shell;
+# A2A_ENV_FILE names another file. The real environment wins.
+environ.Env.read_env(env.str("A2A_ENV_FILE", default=str(BASE_DIR / ".env")), overwrite=False)
 
 VAR_DIR = Path(env.str("A2A_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)

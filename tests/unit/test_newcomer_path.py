@@ -37,6 +37,34 @@ def test_make_test_installs_promtool_alone_before_it_runs_the_tests():
     assert "sudo make promtool" in plan
 
 
+def test_make_run_keeps_the_allowlist_in_dotenv_where_every_command_reads_it(tmp_path):
+    # A second shell's manage.py command reads .env, not `make run`'s environment: the
+    # Makefile exports no allowlist, and `make run` writes it into .env when .env lacks it.
+    makefile = (ROOT / "Makefile").read_text()
+    assert not re.search(r"^export\b.*A2A_WEBHOOK_ALLOWED_NETWORKS", makefile, re.M)
+    plan = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    [write] = re.findall(r"^grep -qs .*?(?=^\S*python)", plan, re.M | re.S)
+    assert plan.find(write) < plan.find("manage.py run_platform")
+    # Run the recipe's line in a directory of its own: it writes the line once.
+    for _ in range(2):
+        subprocess.run(["bash", "-c", write], cwd=tmp_path, check=True, capture_output=True)
+    lines = (tmp_path / ".env").read_text().splitlines()
+    assert [x for x in lines if not x.startswith("#")] == [
+        "A2A_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8,::1/128"
+    ]
+    # A .env that sets it (even empty) is the developer's: left alone.
+    (tmp_path / ".env").write_text("A2A_WEBHOOK_ALLOWED_NETWORKS=\n")
+    subprocess.run(["bash", "-c", write], cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / ".env").read_text() == "A2A_WEBHOOK_ALLOWED_NETWORKS=\n"
+    # The tests get it on their command line.
+    tests = subprocess.run(
+        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "A2A_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8,::1/128" in tests
+
+
 def test_every_manage_py_command_in_the_readme_names_the_venvs_python():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"^(.*\bmanage\.py\b.*)$", readme, re.M)

@@ -9,9 +9,13 @@ and receiver processes.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from a2a.types import a2a_pb2
@@ -37,6 +41,7 @@ from webhooks.alerts import card_age_check
 from webhooks.console.operator_groups import sync_groups
 from webhooks.delivery.transport import TransportResult
 from webhooks.errors import RebindConflict, RebindInvalid, RebindNotFound
+from webhooks.management.commands.rebind import Command as RebindCommand
 from webhooks.models import (
     Alert,
     AlertKind,
@@ -65,6 +70,7 @@ from webhooks.services import delivery_sweep
 
 pytestmark = pytest.mark.usefixtures("public_dns")
 
+ROOT = Path(__file__).resolve().parents[3]
 URI = "urn:a2a-platform:ext:push-channel:v1"
 V1 = "https://client.example.org/hooks/v1/"
 V2 = "https://client.example.org/hooks/v2/"
@@ -692,6 +698,78 @@ def test_the_command_starts_shows_and_lists_a_drain(agent):
     assert len(as_json["onOldVersion"]) == 2
     listed, _ = run("list", "--open")
     assert str(rebind.pk) in listed
+
+
+def test_the_command_help_lists_and_describes_every_subcommand():
+    # As an operator reads it: `manage.py rebind --help`, then each subcommand's own --help.
+    subcommands = next(
+        action
+        for action in RebindCommand().create_parser("manage.py", "rebind")._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    helps = {a.dest: a.help for a in subcommands._choices_actions}
+    assert set(helps) == set(subcommands.choices)
+    assert set(helps) >= {"start", "schedule", "show", "list", "cutover", "abort", "extend"}
+    listing = manage_py("rebind", "--help")
+    flat = " ".join(listing.split())
+    for name, text in helps.items():
+        assert text, f"{name} has no help"
+        assert f"{name} {' '.join(text.split())}" in flat, name
+        own = " ".join(manage_py("rebind", name, "--help").split())
+        assert " ".join(text.split()) in own, name
+    assert "--no-wait" in manage_py("rebind", "start", "--help")
+
+
+def manage_py(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_command_with_no_wait_returns_once_the_rebind_is_recorded(agent):
+    in_flight(agent, 1)
+    out, err = run("start", agent.slug, "--rotate-key", "--move-prefix", V1, V2, "--no-wait")
+    rebind = Rebind.objects.get(pk=out.strip())
+    # Recorded and left for beat's monitor: the new key published, not signing yet (without
+    # --no-wait the command returns only once the drain has begun).
+    assert rebind.state == RebindState.PREPARING
+    assert rebind.activate_key_at > datetime.now(UTC)
+    assert not ChannelMove.objects.filter(rebind=rebind).exists()
+    assert "preparing (new key published, not signing yet)" in err
+    assert f"Follow it: manage.py rebind show {rebind.pk}" in err
+    assert rebind.activate_key_at.isoformat(timespec="seconds") in err
+    assert rebind_advance(rebind.pk).state == RebindState.PREPARING  # nothing waited for it
+
+
+def test_the_command_shows_states_by_their_labels_and_when_a_scheduled_one_starts(agent):
+    in_flight(agent, 1)
+    out, _ = run("schedule", agent.slug, "--rotate-key", "--at", "+15m")
+    scheduled = Rebind.objects.get(pk=out.strip())
+    starts = scheduled.scheduled_for.isoformat(timespec="seconds")
+    listed, _ = run("list")
+    [line] = [line for line in listed.splitlines() if str(scheduled.pk) in line]
+    assert f"scheduled, starts {starts} (in " in line
+    assert f"scheduled, starts {starts}" in run("show", str(scheduled.pk))[0]
+    run("abort", str(scheduled.pk), "--reason", "not now")
+
+    out, _ = run("start", agent.slug, "--move-prefix", V1, V2, "--policy", "cutover")
+    cut = Rebind.objects.get(pk=out.strip())
+    assert cut.state == RebindState.CUT_OVER
+    listed, _ = run("list")
+    assert f"rebind {cut.pk} [{agent.slug}] cut over (" in listed
+    assert "cut_over" not in listed
+    assert f"rebind {scheduled.pk} [{agent.slug}] aborted (" in listed
+    shown, _ = run("show", str(cut.pk))
+    assert "  state: cut over" in shown.splitlines()
+    # JSON keeps the stored value, as the API does.
+    assert json.loads(run("show", str(cut.pk), "--json")[0])["state"] == "cut_over"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 import threading
 
@@ -31,7 +32,7 @@ from tasks.models import Task
 from tasks.states import TaskState
 from tests import live
 from tests.factories import AgentFactory
-from tests.processes import wait_until
+from tests.processes import ROOT, process_env, wait_until
 from tests.protocol_push import card_jwks_url, live_base_url, live_open_task, task_with_push
 from tests.readiness_helpers import wait_workers_live
 from tests.webhook_checks import ALLOWED, start_beat, start_worker
@@ -472,3 +473,50 @@ def test_an_aborted_drain_returns_unmoved_tasks_to_the_old_channel(
     kinds = {r.header("x-a2a-event-kind") for r in down.records() if r.answer["status"] == 200}
     assert "notice" not in kinds
     assert Rebind.objects.get(pk=rebind.pk).counts["reverted"] == 2
+
+
+def test_a_command_in_a_second_shell_allows_the_receivers_the_platform_allows(
+    transactional_db, tmp_path, monkeypatch, agent
+):
+    """The README's walk: the allowlist written once in `.env` (as `make run` writes it), read
+    by the platform's web process and by `manage.py rebind start` in a second shell alike,
+    neither of them with the variable in its environment."""
+    dotenv = tmp_path / "dotenv"
+    dotenv.write_text(f"A2A_WEBHOOK_ALLOWED_NETWORKS={ALLOWED}\n")
+    monkeypatch.delenv("A2A_WEBHOOK_ALLOWED_NETWORKS", raising=False)
+    monkeypatch.setenv("A2A_ENV_FILE", str(dotenv))
+    origin = f"http://127.0.0.1:{live.free_port()}"
+    web = live.start_web(tmp_path, name="web-dotenv")
+    try:
+        # The platform accepts a loopback receiver: SendMessage with an inline push config.
+        live_open_task(web.url, agent, push={"id": "cfg", "url": f"{origin}/hooks/v1/task"})
+    finally:
+        web.stop()
+    assert PushConfig.objects.filter(task__agent=agent).count() == 1
+
+    def second_shell(*args: str, env_file) -> subprocess.CompletedProcess[str]:
+        env = process_env(A2A_ENV_FILE=str(env_file))
+        env.pop("A2A_WEBHOOK_ALLOWED_NETWORKS", None)
+        return subprocess.run(
+            [sys.executable, "manage.py", "rebind", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    move = ("start", agent.slug, "--move-prefix", f"{origin}/hooks/v1/", f"{origin}/hooks/v2/")
+    # Without the line, the command refuses the loopback receiver, as the platform would.
+    empty = tmp_path / "empty-dotenv"
+    empty.write_text("")
+    refused = second_shell(*move, env_file=empty)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "A2A_WEBHOOK_ALLOWED_NETWORKS" in refused.stderr
+    assert not Rebind.objects.exists()
+    # With it, the same command is accepted.
+    done = second_shell(*move, "--no-wait", env_file=dotenv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rebind = Rebind.objects.get(pk=done.stdout.strip())
+    assert rebind.move_to == f"{origin}/hooks/v2/"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
@@ -42,16 +42,34 @@ def moment(text: str) -> datetime:
     return value
 
 
+SCOPES = {
+    "start": "start a rebind of an agent's push channels now: a new signing key, new URLs or "
+    "one config's new credentials",
+    "schedule": "record a rebind that beat's rebind monitor starts at --at",
+}
+TAKES_A_REBIND = {
+    "advance": "take a rebind as far as it can go now (what beat's rebind monitor does)",
+    "cutover": "end a drain now: what is still on the old version is orphaned",
+    "abort": "abort an open rebind: tasks not moved yet stay on the old channel",
+    "rebind-orphans": "open the channels of a cut-over rebind's orphaned configs again",
+}
+
+
 class Command(BaseCommand):
     help = (
-        "Run a two-phase push-channel rebind: start, schedule, show, list, advance, cutover, "
-        "extend, abort, rebind-orphans (docs/rebinds.md)."
+        "Run a two-phase push-channel rebind (docs/rebinds.md). "
+        "`rebind SUBCOMMAND --help` describes each subcommand."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        for name in ("start", "schedule"):
-            p = sub.add_parser(name, help=f"{name} a rebind of an agent's push channels")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="SUBCOMMAND")
+
+        def subcommand(name: str, text: str) -> CommandParser:
+            # `help` is the line `rebind --help` lists; `description` heads `rebind NAME --help`.
+            return sub.add_parser(name, help=text, description=text)
+
+        for name, text in SCOPES.items():
+            p = subcommand(name, text)
             p.add_argument("agent", help="the agent's slug")
             p.add_argument("--rotate-key", action="store_true", help="rotate the signing key")
             p.add_argument(
@@ -69,33 +87,44 @@ class Command(BaseCommand):
             p.add_argument("--credentials", default="", help="its new credentials (with --config)")
             p.add_argument("--policy", choices=["drain", "cutover"], help="default: the agent's")
             p.add_argument("--deadline", type=duration, help="drain deadline (e.g. 1h)")
-            p.add_argument("--on-timeout", choices=["cutover", "extend"])
-            p.add_argument("--finish-on-old", action="store_true")
-            p.add_argument("--reason", default="")
+            p.add_argument(
+                "--on-timeout",
+                choices=["cutover", "extend"],
+                help="at the deadline: cut over what is left, or extend once (default: agent's)",
+            )
+            p.add_argument(
+                "--finish-on-old",
+                action="store_true",
+                help="drain: in-flight tasks stay on the old channel until they end",
+            )
+            p.add_argument("--reason", default="", help="why (audited)")
             p.add_argument("--force", action="store_true", help="even over an open rebind")
             p.add_argument("--actor", default="cli", help="who runs it (audited)")
             if name == "schedule":
                 p.add_argument("--at", type=moment, required=True, help="ISO time or +15m")
             else:
                 p.add_argument(
-                    "--no-wait", action="store_true", help="return while the key is published"
+                    "--no-wait",
+                    action="store_true",
+                    help="return once the rebind is recorded, without waiting for a rotated "
+                    "key to start signing (beat's rebind monitor takes it on)",
                 )
-        p = sub.add_parser("show", help="a rebind, its counts and the tasks on the old version")
-        p.add_argument("rebind")
-        p.add_argument("--json", action="store_true")
-        p = sub.add_parser("list", help="rebinds, newest first")
+        p = subcommand("show", "one rebind: its state, counts and the tasks on the old version")
+        p.add_argument("rebind", help="the rebind's id")
+        p.add_argument("--json", action="store_true", help="as JSON (states as stored)")
+        p = subcommand("list", "rebinds, newest first, with when scheduled ones start")
         p.add_argument("--open", action="store_true", help="only open ones")
-        for name in ("advance", "cutover", "abort", "rebind-orphans"):
-            p = sub.add_parser(name)
-            p.add_argument("rebind")
-            p.add_argument("--actor", default="cli")
+        for name, text in TAKES_A_REBIND.items():
+            p = subcommand(name, text)
+            p.add_argument("rebind", help="the rebind's id")
+            p.add_argument("--actor", default="cli", help="who runs it (audited)")
             if name == "abort":
                 # Required by the service (refused there, exit 2), as for every interface.
                 p.add_argument("--reason", default="", help="why (an abort needs one)")
-        p = sub.add_parser("extend", help="push a draining rebind's deadline back")
-        p.add_argument("rebind")
-        p.add_argument("--by", type=duration, required=True)
-        p.add_argument("--actor", default="cli")
+        p = subcommand("extend", "push a draining rebind's deadline back")
+        p.add_argument("rebind", help="the rebind's id")
+        p.add_argument("--by", type=duration, required=True, help="how much later (e.g. 30m)")
+        p.add_argument("--actor", default="cli", help="who runs it (audited)")
 
     def handle(self, *args, **opts) -> None:
         action = opts["action"].replace("-", "_")
@@ -135,7 +164,15 @@ class Command(BaseCommand):
     def _start(self, opts) -> None:
         rebind = rebinds.rebind_start(self._request(opts), actor=opts["actor"])
         self.stdout.write(str(rebind.pk))
-        if rebind.state == RebindState.PREPARING and not opts["no_wait"]:
+        if rebind.state == RebindState.PREPARING and opts["no_wait"]:
+            self.stderr.write(_summary(rebind))
+            self.stderr.write(
+                f"new key {rebind.new_key.kid} is in the JWKS; it signs from "
+                f"{_when(rebind.activate_key_at)}, when beat's rebind monitor starts the drain. "
+                f"Follow it: manage.py rebind show {rebind.pk}"
+            )
+            return
+        if rebind.state == RebindState.PREPARING:
             wait = (rebind.activate_key_at - timezone.now()).total_seconds()
             self.stderr.write(
                 f"new key {rebind.new_key.kid} is in the JWKS; it signs in {wait:.0f}s "
@@ -160,7 +197,7 @@ class Command(BaseCommand):
             )
             return
         self.stdout.write(_summary(rebind))
-        for key, value in _as_dict(rebind).items():
+        for key, value in {**_as_dict(rebind), "state": rebind.get_state_display()}.items():
             self.stdout.write(f"  {key}: {value}")
         if stragglers:
             self.stdout.write(f"tasks on the old version ({len(stragglers)} shown):")
@@ -207,11 +244,21 @@ def _summary(rebind: Rebind) -> str:
         )
         if part
     )
+    state = rebind.get_state_display()
+    if rebind.state == RebindState.SCHEDULED:
+        state += f", starts {_when(rebind.scheduled_for)}"
     return (
-        f"rebind {rebind.pk} [{rebind.agent.slug}] {rebind.state} ({rebind.policy}; {scope}): "
+        f"rebind {rebind.pk} [{rebind.agent.slug}] {state} ({rebind.policy}; {scope}): "
         f"{counts.get('onOldVersionTotal', 0)} on old, {counts.get('moved', 0)} moved, "
         f"{counts.get('orphaned', 0)} orphaned, notices {counts.get('notices', {})}"
     )
+
+
+def _when(moment: datetime) -> str:
+    """An exact UTC time and how far it is from now, as an operator reads it."""
+    seconds = round((moment - timezone.now()).total_seconds())
+    away = f"in {seconds}s" if seconds >= 0 else f"{-seconds}s ago"
+    return f"{moment.astimezone(UTC).isoformat(timespec='seconds')} ({away})"
 
 
 def _as_dict(rebind: Rebind) -> dict:
