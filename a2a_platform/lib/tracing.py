@@ -247,9 +247,13 @@ def span_context_of(span: Span) -> otel_context.Context | None:
     return trace.set_span_in_context(span) if span.get_span_context().is_valid else None
 
 
-def current_span() -> Span:
-    """The span current here (a no-op one when not exporting): to add attributes to."""
-    return trace.get_current_span()
+def name_operation(operation: str) -> None:
+    """The current protocol request's span named after the A2A operation it turned out to be
+    (a JSON-RPC method): `A2A SendMessage`, `rpc.method`. Nothing when not exporting."""
+    if _exporting:
+        span = trace.get_current_span()
+        span.update_name(f"A2A {operation}")
+        span.set_attribute("rpc.method", operation)
 
 
 def headers_for_span(headers: dict[str, str], span: Span) -> dict[str, str]:

@@ -46,7 +46,7 @@ async def handle(route: Route, scope, receive, send) -> None:
         "url.path": scope["path"],
         "a2a.binding": "JSONRPC" if route.name == "jsonrpc" else "HTTP+JSON",
     }
-    if route.name != "jsonrpc":
+    if route.name != "jsonrpc":  # a JSON-RPC request names its method once parsed
         attributes["rpc.method"] = route.name
     with tracing.server_request(request.headers, f"A2A {route.name}", attributes) as span:
         await _handle(request, route, scope, receive, send, span)

@@ -152,7 +152,7 @@ async def _rpc_one(
             # (the default): the method name says which version it is.
             header_version = V03
         version, op_name = _method_version(method, header_version)
-        tracing.current_span().set_attribute("rpc.method", op_name)
+        tracing.name_operation(op_name)
         if in_batch and op_name in STREAMING_OPERATIONS:
             raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
         ctx = await ctx_for(version, tenant)
