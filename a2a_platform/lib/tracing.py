@@ -23,6 +23,7 @@ as W3C Trace Context (section 4.3) asks, never an error.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any
@@ -153,6 +154,9 @@ def new_task_trace() -> tuple[str, str]:
     return carrier.get("traceparent", ""), carrier.get("tracestate", "")
 
 
+# A task's deliveries and runs parse the same stored context again and again (each attempt of
+# each event): parsed once per process while it is recent. A Context is immutable.
+@functools.lru_cache(maxsize=4096)
 def task_context(traceparent: str, tracestate: str = "") -> otel_context.Context | None:
     """A stored trace context as an OpenTelemetry context (its span the remote parent); None
     when there is none (or it does not parse)."""
@@ -168,9 +172,19 @@ def task_context(traceparent: str, tracestate: str = "") -> otel_context.Context
 def inject_task_trace(headers: dict[str, str], traceparent: str, tracestate: str = "") -> None:
     """Add a task's stored trace context to outgoing `headers` through the global propagator
     (nothing when propagation is off or the task has none)."""
-    context = task_context(traceparent, tracestate) if propagating() else None
-    if context is not None:
-        propagate.inject(headers, context=context)
+    if traceparent:
+        headers.update(_task_headers(traceparent, tracestate, propagate.get_global_textmap()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _task_headers(traceparent: str, tracestate: str, propagator: Any) -> dict[str, str]:
+    """What the propagator writes for a stored context (cached per propagator: a test or an
+    operator's `set_global_textmap` changes it)."""
+    context = task_context(traceparent, tracestate)
+    carrier: dict[str, str] = {}
+    if context is not None and "traceparent" in propagator.fields:
+        propagator.inject(carrier, context=context)
+    return carrier
 
 
 # --- Spans -----------------------------------------------------------------------------------
