@@ -70,7 +70,8 @@ async def _handle(request: Request, route: Route, scope, receive, send, span) ->
             if mapped is None:
                 raise
             response = rest_error(mapped, legacy=route.legacy)
-    span.set_attribute("http.response.status_code", response.status_code)
+    # An SSE stream (sse.SSEResponse) always starts 200.
+    span.set_attribute("http.response.status_code", getattr(response, "status_code", 200))
     await response(scope, receive, send)
 
 
