@@ -13,8 +13,11 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from a2a_platform.asgi import application
 from tasks.models import Task
 from tests.factories import AgentFactory, user_message
+from tests.integration.protocol.test_streaming import db, run, until_db
+from tests.sse import ASGIStream, streams_reset
 
 V1 = {"A2A-Version": "1.0"}
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -116,3 +119,27 @@ def test_with_propagation_off_nothing_is_stored(wire, agent):
     finally:
         propagate.set_global_textmap(configured)
     assert (task.traceparent, task.tracestate) == ("", "")
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+def test_send_streaming_message_stores_the_callers_trace(wire, agent, binding):
+    params = {"message": user_message("stream me")}
+    headers = {**V1, "traceparent": PARENT, "tracestate": STATE}
+
+    async def scenario() -> Task:
+        if binding == "jsonrpc":
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+            stream = ASGIStream(application, "POST", "/", json_body=body, headers=headers)
+        else:
+            stream = ASGIStream(
+                application, "POST", "/message:stream", json_body=params, headers=headers
+            )
+        await stream.open()
+        assert stream.is_stream
+        await until_db(lambda: Task.objects.exists())
+        await stream.disconnect()
+        return await db(lambda: Task.objects.get())
+
+    streams_reset()
+    task = run(scenario)
+    assert (task.traceparent, task.tracestate) == (PARENT, STATE)
