@@ -3,7 +3,7 @@ trace context work on the hot paths, with propagation on (the default) and off
 (`OTEL_PROPAGATORS=none`), and what importing the SDK and the instrumentations would cost a
 process that does not export (it does not import them).
 
-    .venv/bin/python bench/tracing_bench.py [--calls 20000] [--rounds 5]
+    .venv/bin/python bench/tracing_bench.py [--calls 20000] [--rounds 5] [--smoke]
 
 In this process, no database, no network (a2a_platform/lib/tracing.py's calls alone):
 
@@ -20,7 +20,8 @@ In this process, no database, no network (a2a_platform/lib/tracing.py's calls al
 Each figure is the median of --rounds rounds of --calls calls, in microseconds per call, next
 to the same with the global propagator emptied as OTEL_PROPAGATORS=none does. The import
 figure is a fresh interpreter's `import` of the SDK's trace module and the four
-instrumentations, median of three.
+instrumentations, median of three. `--smoke`: 200 calls, one round, one import (that it runs,
+not a figure).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def per_call_us(fn, calls: int, rounds: int) -> float:
     return statistics.median(figures)
 
 
-def import_ms() -> float:
+def import_ms(runs: int) -> float:
     code = (
         "import time; t = time.perf_counter(); "
         "import opentelemetry.sdk.trace, opentelemetry.sdk.trace.export; "
@@ -96,18 +97,20 @@ def import_ms() -> float:
         "import opentelemetry.instrumentation.aiohttp_client; "
         "print((time.perf_counter() - t) * 1000)"
     )
-    runs = [
+    return statistics.median(
         float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
-        for _ in range(3)
-    ]
-    return statistics.median(runs)
+        for _ in range(runs)
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="tiny: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.calls, args.rounds = 200, 1
     assert not tracing.exporting()
     configured = propagate.get_global_textmap()
     print(f"export off; µs per call, median of {args.rounds} rounds of {args.calls} calls")
@@ -120,7 +123,8 @@ def main() -> None:
         finally:
             propagate.set_global_textmap(configured)
         print(f"{name:40} {on:12.2f} {off:8.2f}")
-    print(f"importing the SDK and the instrumentations (not done when off): {import_ms():.0f} ms")
+    imported = import_ms(1 if args.smoke else 3)
+    print(f"importing the SDK and the instrumentations (not done when off): {imported:.0f} ms")
 
 
 if __name__ == "__main__":
