@@ -35,6 +35,11 @@ class Task(models.Model):
     # The agent answered the first message with a direct Message instead of task work.
     answered_with_message = models.BooleanField(default=False)
     last_seq = models.PositiveIntegerField(default=0)
+    # The task's W3C trace context (a2a_platform/lib/tracing.py): the SendMessage caller's
+    # `traceparent`, else a trace of its own; its executor runs and webhook deliveries
+    # continue it in any process. Empty when propagation was off (OTEL_PROPAGATORS=none).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
+    tracestate = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

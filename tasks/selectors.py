@@ -136,6 +136,12 @@ def task_answered_with_message(task_id: object) -> bool:
     )
 
 
+def task_trace(task_id: object) -> tuple[str, str]:
+    """A task's stored W3C (traceparent, tracestate); ("", "") when it has none."""
+    row = Task.objects.filter(pk=task_id).values_list("traceparent", "tracestate").first()
+    return row or ("", "")
+
+
 def last_seq(task_id: object) -> int | None:
     return Task.objects.filter(pk=task_id).values_list("last_seq", flat=True).first()
 

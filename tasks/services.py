@@ -215,13 +215,15 @@ def _new_task(
     card_version_id: int | None = None,
     task_pk: uuid.UUID | None = None,
     receipt: MessageReceipt | None = None,
+    trace: tuple[str, str] = ("", ""),
 ) -> NewTask:
     """The rows of a new task (SendMessage's hot path), none written yet: Task (last_seq
     already 1), its first Message, TaskEvent seq 1 and the executor dispatch, written together
     by task_store.open_tasks, after the idempotency `receipt` in the same statement when there
     is one. No NOTIFY: nobody can be waiting on a task id not yet returned. No event hooks
     either: nothing can have subscribed to a task that does not exist yet (a push config
-    registered with it writes its own snapshot of the task)."""
+    registered with it writes its own snapshot of the task). `trace`: the task's W3C
+    (traceparent, tracestate), a2a_platform/lib/tracing.py's `new_task_trace`."""
     if msg.role != a2a_pb2.ROLE_USER:
         raise InvalidPayload("message.role", "a client message must have role ROLE_USER")
     if msg.context_id and context_id and msg.context_id != context_id:
@@ -239,6 +241,8 @@ def _new_task(
         metadata=metadata or {},
         last_seq=1,
         card_version_id=card_version_id,
+        traceparent=trace[0],
+        tracestate=trace[1],
     )
     event = new_row(
         TaskEvent,
@@ -620,6 +624,7 @@ class NewSend:
     metadata: dict[str, Any] | None = None
     card_version_id: int | None = None
     task_pk: uuid.UUID | None = None
+    trace: tuple[str, str] = ("", "")  # the new task's W3C (traceparent, tracestate)
 
 
 def task_send_new(*, sends: Sequence[NewSend]) -> list[SendResult | Exception]:
@@ -659,6 +664,7 @@ def task_send_new(*, sends: Sequence[NewSend]) -> list[SendResult | Exception]:
                 card_version_id=send.card_version_id,
                 task_pk=task_pk,
                 receipt=receipt,
+                trace=send.trace,
             )
         except Exception as exc:
             outcomes[i] = exc
@@ -697,6 +703,7 @@ def task_send(
     card_version_id: int | None = None,
     within: Callable[[SendResult], None] | None = None,
     new_task_id: uuid.UUID | None = None,
+    trace: tuple[str, str] = ("", ""),
 ) -> SendResult:
     """SendMessage's write: open a task, or continue the one the message names.
 
@@ -710,13 +717,18 @@ def task_send(
     write (not on a replay): the caller's writes that must commit or fail with it
     (SendMessage's inline push config), without a transaction around this one (durable: an
     outer transaction raises RuntimeError). `new_task_id`: the id a new task gets (chosen by
-    a caller that subscribed to it first; ignored for a follow-up).
+    a caller that subscribed to it first; ignored for a follow-up). `trace`: a new task's W3C
+    (traceparent, tracestate) (a follow-up keeps its task's).
     """
     msg = _as_message(message)
     if within is None and not msg.task_id:
         # A new task with nothing written beside it: one write, atomic on its own.
         (outcome,) = task_send_new(
-            sends=[NewSend(agent, owner, msg, request_hash, metadata, card_version_id, new_task_id)]
+            sends=[
+                NewSend(
+                    agent, owner, msg, request_hash, metadata, card_version_id, new_task_id, trace
+                )
+            ]
         )
         if isinstance(outcome, Exception):
             raise outcome
@@ -757,6 +769,7 @@ def task_send(
                 card_version_id=card_version_id,
                 task_pk=task_pk,
                 receipt=receipt,
+                trace=trace,
             )
             if opened is None:
                 return _replay(agent, owner, msg.message_id, request_hash)

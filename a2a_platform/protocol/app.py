@@ -18,6 +18,7 @@ from django.http.request import split_domain_port, validate_host
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib import tracing
 from a2a_platform.protocol import discovery, http_json, jsonrpc
 from a2a_platform.protocol.binding import request_host, rest_error
 from a2a_platform.protocol.errors import (
@@ -38,6 +39,20 @@ def route_for(scope) -> Route | None:
 
 async def handle(route: Route, scope, receive, send) -> None:
     request = Request(scope, receive)
+    # The request's span (the caller's `traceparent` its parent): a task it opens continues
+    # that trace (writes.accept_message), its answer streamed included.
+    attributes = {
+        "http.request.method": scope["method"],
+        "url.path": scope["path"],
+        "a2a.binding": "JSONRPC" if route.name == "jsonrpc" else "HTTP+JSON",
+    }
+    if route.name != "jsonrpc":  # a JSON-RPC request names its method once parsed
+        attributes["rpc.method"] = route.name
+    with tracing.server_request(request.headers, f"A2A {route.name}", attributes) as span:
+        await _handle(request, route, scope, receive, send, span)
+
+
+async def _handle(request: Request, route: Route, scope, receive, send, span) -> None:
     if not _host_allowed(request):
         # As Django answers its own views: URLs built from this Host (the card's interfaces,
         # a webhook JWT's issuer) must not be the client's choice.
@@ -55,6 +70,8 @@ async def handle(route: Route, scope, receive, send) -> None:
             if mapped is None:
                 raise
             response = rest_error(mapped, legacy=route.legacy)
+    # An SSE stream (sse.SSEResponse) always starts 200.
+    span.set_attribute("http.response.status_code", getattr(response, "status_code", 200))
     await response(scope, receive, send)
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from starlette.requests import Request
 from starlette.responses import Response
 
+from a2a_platform.lib import tracing
 from a2a_platform.lib.json_bytes import dumps
 from a2a_platform.protocol import sse, v03
 from a2a_platform.protocol.binding import (
@@ -151,6 +152,7 @@ async def _rpc_one(
             # (the default): the method name says which version it is.
             header_version = V03
         version, op_name = _method_version(method, header_version)
+        tracing.name_operation(op_name)
         if in_batch and op_name in STREAMING_OPERATIONS:
             raise ProtocolError(INVALID_REQUEST, f"{method} cannot be sent inside a batch")
         ctx = await ctx_for(version, tenant)

@@ -17,6 +17,7 @@ from typing import Any
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
+from a2a_platform.lib import tracing
 from a2a_platform.lib.orm import Coalesced
 from a2a_platform.lib.ttl_cache import TTLCache
 from a2a_platform.protocol.context import ANONYMOUS, Ctx
@@ -137,6 +138,9 @@ async def accept_message(
         await orm(lambda: visible_task(ctx, msg.task_id))
     inline_push = None if raw_push is None else await checked_push_config(raw_push)
     issuer = card_url(ctx)
+    # A new task continues the request's trace (app.handle made the caller's current), or
+    # starts one: read here, on the request's context, not on an ORM thread.
+    trace = ("", "") if msg.task_id else tracing.new_task_trace()
     new_task_id = woken = None
     if wake_on_new and not config.return_immediately and not msg.task_id:
         new_task_id = uuid.uuid4()
@@ -169,6 +173,7 @@ async def accept_message(
             card_version_id=_card_version_id(ctx.agent),
             within=within,
             new_task_id=new_task_id,
+            trace=trace,
         )
         return Accepted(result, history_length, config.return_immediately, written)
 
@@ -177,7 +182,13 @@ async def accept_message(
             # A new task with nothing written beside it: written with the other sends of
             # this turn of the event loop, in one statement (`_new_tasks`).
             send = services.NewSend(
-                ctx.agent, ctx.principal, msg, request_hash, metadata, task_pk=new_task_id
+                ctx.agent,
+                ctx.principal,
+                msg,
+                request_hash,
+                metadata,
+                task_pk=new_task_id,
+                trace=trace,
             )
             result = await domain_errors(_new_tasks(send))
             # A created task's snapshot is in hand (no query); a replay has none, as below.

@@ -71,7 +71,7 @@ from tasks.dispatch import (
 from tasks.errors import TaskTerminal
 from tasks.executors import hosted, leases
 from tasks.executors.base import ExecutorContext
-from tasks.executors.runner import RERUN_AFTER_SECONDS, BellWatch, release_claim
+from tasks.executors.runner import RERUN_AFTER_SECONDS, BellWatch, release_claim, run_span
 from tasks.hooks import hooks_together
 from tasks.job_names import RUN_DUE_HOSTED_JOB
 from tasks.models import Task
@@ -157,6 +157,7 @@ class _Run:
         self.executor: AgentExecutor | None = None
         self.request: RequestContext | None = None
         self.writer: hosted.EventWriter | None = None
+        self.trace = ("", "")  # the task's W3C trace context, read with it
 
     # --- the run ---
     async def main(self) -> None:
@@ -203,6 +204,7 @@ class _Run:
             task = self.snapshot[0]
         if task.task_state in TERMINAL_STATES:
             return False
+        self.trace = (task.traceparent, task.tracestate)
         self.request = hosted.request_context(task, self.snapshot)
         self.snapshot = None
         self.writer = hosted.EventWriter(self.ctx, self.request, task.task_state)
@@ -212,7 +214,8 @@ class _Run:
         """`execute()`; what it raised (None: it returned). Its cancellation by this run is
         not an error of the executor's."""
         try:
-            await self.executor.execute(self.request, _Queue(self))
+            with run_span(self.claim, self.trace):
+                await self.executor.execute(self.request, _Queue(self))
         except asyncio.CancelledError as exc:
             # Cancelled by this run (stopped, or its task canceled), or by the executor itself
             # (an error like any other).

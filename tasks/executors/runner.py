@@ -21,7 +21,7 @@ import uuid
 from django.conf import settings
 from django.db import transaction
 
-from a2a_platform.lib import doorbell
+from a2a_platform.lib import doorbell, tracing
 from a2a_platform.lib.reconnect import database_unreachable, fresh_connection, with_reconnect
 from agents.executor_spec import is_hosted
 from tasks.dispatch import (
@@ -38,6 +38,7 @@ from tasks.executors import get_executor, leases
 from tasks.executors.base import ExecutorContext, RunAgain, write_buffered_answers
 from tasks.hooks import hooks_together
 from tasks.job_names import RUN_DUE_DISPATCHES_JOB
+from tasks.selectors import task_trace
 from tasks.state_machine import IllegalTransition
 from tasks.states import TaskState
 
@@ -222,7 +223,8 @@ def _run_together(claims: list[DispatchClaim], worker: str) -> None:
                     if executor is None:
                         raise LookupError(f"no built-in executor {claim.executor!r}")
                     ctx = _context(claim, batched=True)
-                    runs.append((claim, ctx, executor(ctx)))
+                    with run_span(claim):
+                        runs.append((claim, ctx, executor(ctx)))
                 # The answers the runs buffered, written together (one statement).
                 write_buffered_answers([ctx for _, ctx, _ in runs])
     except Exception:
@@ -248,6 +250,22 @@ def _context(claim: DispatchClaim, *, batched: bool = False) -> ExecutorContext:
     )
 
 
+def run_span(claim: DispatchClaim, trace: tuple[str, str] | None = None):
+    """The span of one executor run, in its task's trace (a2a_platform/lib/tracing.py). The
+    task's trace context from `trace`, else the claim's task row, else (only when spans are
+    exported) read."""
+    if trace is None and claim.task is not None:
+        trace = (claim.task.traceparent, claim.task.tracestate)
+    if trace is None:
+        trace = task_trace(claim.task_id) if tracing.exporting() else ("", "")
+    attributes = {
+        "a2a.task.id": str(claim.task_id),
+        "a2a.dispatch.id": claim.dispatch_id,
+        "a2a.executor": claim.executor,
+    }
+    return tracing.task_span("executor run", trace[0], trace[1], attributes)
+
+
 def release_claim(claim: DispatchClaim, worker: str, **kwargs) -> None:
     """Release a claim (tasks.dispatch.dispatch_finish), riding out a database blip."""
     with_reconnect(
@@ -268,7 +286,7 @@ def _run_claimed(claim: DispatchClaim, worker: str) -> str:
             logger.error("agent has no built-in executor", extra=extra)
             release()
             return "skipped"
-        with leases.keeper().renewing(dispatch_id, worker):
+        with leases.keeper().renewing(dispatch_id, worker), run_span(claim):
             outcome = executor(ctx)
     except Exception as exc:
         if database_unreachable(exc):

@@ -111,6 +111,19 @@ def test_answer_bench():
     )
 
 
+def test_tracing_bench():
+    out = run_bench("tracing_bench.py")
+    for figure in (
+        "request + new task, traceparent sent",
+        "request + new task, none sent",
+        "request alone",
+        "delivery headers",
+        "run or attempt",
+    ):
+        expect(out, rf"^{re.escape(figure)} +[\d.]+ +[\d.]+$")
+    expect(out, r"^importing the SDK and the instrumentations \(not done when off\): \d+ ms$")
+
+
 def test_web_bench():
     out = run_bench("web_bench.py", database="web")
     for figure in ("agent card", "GetTask", "SendMessage returnImmediately"):

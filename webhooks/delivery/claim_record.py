@@ -72,6 +72,9 @@ class DeliveryClaim:
     body: bytes
     headers: dict[str, str]
     kind: DeliveryKind = DeliveryKind.STATUS
+    binding_version: str = ""  # `{config}.v{version}`, as X-A2A-Binding-Version names it
+    traceparent: str = ""  # the task's W3C trace context (Task.traceparent, Task.tracestate)
+    tracestate: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,9 @@ def delivery_claim_batch(*, limit: int, config_pks: Iterable[int] | None = None)
                 body=head.body.encode(),
                 headers=headers,
                 kind=DeliveryKind(head.kind),
+                binding_version=f"{head.config_name}.v{head.version}",
+                traceparent=head.traceparent,
+                tracestate=head.tracestate,
             )
             for head, headers in claims
         ),

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from a2a_platform.lib.crypto import decrypt
+from a2a_platform.lib.tracing import inject_task_trace
 from a2a_platform.lib.ttl_cache import TTLCache
 from agents.models import Agent, SigningKey
 from agents.signing import live_private_keys
@@ -80,6 +81,10 @@ def delivery_headers(head: Head, now_ts: int) -> dict[str, str]:
         "X-A2A-Event-Kind": head.kind,
         **webhook_headers(msg_id=str(head.event_id), timestamp=now_ts, body=body, keys=keys),
     }
+    # The task's trace continues at the receiver (docs/webhooks-receiving.md, "Continue the
+    # trace"): W3C traceparent and tracestate, outside the signature like any header. The
+    # pump names its attempt span in them instead when spans are exported.
+    inject_task_trace(headers, head.traceparent, head.tracestate)
     if head.token_encrypted:
         headers["X-A2A-Notification-Token"] = decrypt(head.token_encrypted)
     if head.auth_scheme:

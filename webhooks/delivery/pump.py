@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from a2a_platform.lib import tracing
 from a2a_platform.lib.reconnect import with_reconnect
 from webhooks.delivery import bell, heads
 from webhooks.delivery.claim_record import (
@@ -106,6 +107,7 @@ class _Pump:
         self.window = settings.A2A_WEBHOOK_PUMP_WINDOW
         self.deadline = time.monotonic() + settings.A2A_WEBHOOK_PUMP_SECONDS
         self.in_flight: dict[Future[TransportResult], DeliveryClaim] = {}
+        self.spans: dict[Future[TransportResult], tracing.Span] = {}  # when exporting
         # How many to claim next: a full window when nothing is in flight; else about as many
         # as just finished (what their endpoints can take again) plus a few, so a saturated
         # endpoint's due configs are not all locked and stepped back on every turn.
@@ -207,12 +209,23 @@ class _Pump:
         # fails and the leases and the sweeper take over).
         batch = with_reconnect(lambda: delivery_claim_batch(limit=room), what="delivery claim")
         self.more_due = not batch.exhausted
-        requests = [PostRequest(claim.url, claim.body, claim.headers) for claim in batch.claims]
+        spans = [_attempt_span(claim) for claim in batch.claims]
+        requests = [
+            PostRequest(
+                claim.url,
+                claim.body,
+                tracing.headers_for_span(claim.headers, span),
+                tracing.span_context_of(span),
+            )
+            for claim, span in zip(batch.claims, spans, strict=True)
+        ]
         sends = submit(requests, settings.A2A_WEBHOOK_TIMEOUT_SECONDS)
         activity = self.signals.activity
-        for claim, future in zip(batch.claims, sends, strict=True):
+        for claim, future, span in zip(batch.claims, sends, spans, strict=True):
             future.add_done_callback(lambda _: activity.set())
             self.in_flight[future] = claim
+            if span.get_span_context().is_valid:
+                self.spans[future] = span
         self.run.claimed += len(batch.claims)
         return len(batch.claims)
 
@@ -262,6 +275,11 @@ class _Pump:
         # record (and so one claim) instead of a transaction each.
         done, _ = wait(self.in_flight, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED)
         finished = [(self.in_flight.pop(f), f.result()) for f in done]
+        for future in done:
+            span = self.spans.pop(future, None)
+            if span is not None:
+                result = future.result()
+                tracing.end_http_span(span, result.status, result.error_class, ok=result.ok)
         # Sent, and so owed a record: a record that meets a dropped connection is tried again
         # on a fresh one (up to reconnect.RETRY_BUDGET_SECONDS), so a database restart costs
         # these deliveries seconds, not their lease. A record that did commit before its
@@ -278,6 +296,25 @@ class _Pump:
         self.run.delivered += sum(1 for o in ended if o.state == OutcomeState.DELIVERED)
         if ended and not self.claiming:
             bell.ring()  # their configs' next deliveries are due; this pump claims no more
+
+
+def _attempt_span(claim: DeliveryClaim) -> tracing.Span:
+    """The span of one delivery attempt, in its task's trace (INVALID_SPAN unless spans are
+    exported); the delivered `traceparent` names it (or the aiohttp client span under it)."""
+    return tracing.start_task_span(
+        "webhook delivery",
+        claim.traceparent,
+        claim.tracestate,
+        {
+            "http.request.method": "POST",
+            "a2a.delivery.id": claim.delivery_pk,
+            "a2a.delivery.attempt": claim.attempt_number,
+            "a2a.binding_version": claim.binding_version,
+            "a2a.event.kind": str(claim.kind),
+            "a2a.task.id": claim.headers.get("X-A2A-Task-Id", ""),
+        },
+        kind=tracing.SpanKind.PRODUCER,
+    )
 
 
 def _ring_for_what_is_due_soon() -> None:

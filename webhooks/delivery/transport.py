@@ -65,7 +65,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import uvloop
@@ -74,6 +74,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from django.conf import settings
 from multidict import CIMultiDict
 
+from a2a_platform.lib.tracing import within_context
 from webhooks.delivery import ssrf
 from webhooks.delivery.ssrf import ParsedTarget, UnsafeDestination
 
@@ -123,6 +124,9 @@ class PostRequest(NamedTuple):
     url: str
     body: bytes | str
     headers: Mapping[str, str]
+    # The OpenTelemetry context the send runs in (the delivery attempt's span): the aiohttp
+    # client instrumentation's span is its child. None: none (spans not exported).
+    trace: Any = None
 
 
 # --- the public calls --------------------------------------------------------------------
@@ -251,7 +255,10 @@ def _start(sender: _Sender, batch, timeout: float, *, guarded: bool) -> None:
     for request, future in batch:
         if not future.set_running_or_notify_cancel():
             continue
-        task = sender.loop.create_task(_attempt(sender, request, timeout))
+        attempt = _attempt(sender, request, timeout)
+        if request.trace is not None:
+            attempt = within_context(request.trace, attempt)
+        task = sender.loop.create_task(attempt)
         task.add_done_callback(functools.partial(_settle, future, guarded, time.perf_counter()))
 
 

@@ -51,6 +51,9 @@ class Head(NamedTuple):
     endpoint_in_flight: int = 0  # sends to this endpoint with a live lease
     agent_pk: int = 0
     earlier_attempts: int = 0
+    # The task's W3C trace context (Task.traceparent, Task.tracestate).
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 class Recorded(NamedTuple):

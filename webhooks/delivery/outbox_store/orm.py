@@ -80,7 +80,7 @@ class OrmOutboxStore:
                 "binding__token_encrypted", "binding__auth_scheme",
                 "binding__credentials_encrypted", "binding__issuer", "binding__endpoint_id",
                 "binding__endpoint__paused_at", "binding__endpoint__consecutive_failures",
-                "task__agent_id",
+                "task__agent_id", "task__traceparent", "task__tracestate",
             )
         )  # fmt: skip
         endpoints = {row[15] for row in rows}
@@ -108,6 +108,8 @@ class OrmOutboxStore:
                 endpoint_in_flight=in_flight.get(row[15], 0),
                 agent_pk=row[18],
                 earlier_attempts=earlier.get(row[1], 0),
+                traceparent=row[19] or "",
+                tracestate=row[20] or "",
             )
             for row in rows
         ]  # fmt: skip

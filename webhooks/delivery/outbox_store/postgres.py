@@ -162,10 +162,11 @@ WITH due AS (
 SELECT h.config_pk, h.id, h.event_id, h.task_id, h.seq, h.kind, h.body, h.attempts,
        h.next_attempt_at, h.config_name, h.version, h.url, h.token_encrypted, h.auth_scheme,
        h.credentials_encrypted, h.issuer, h.endpoint_id, e.paused_at IS NOT NULL,
-       e.consecutive_failures, COALESCE(busy.n, 0),
-       (SELECT t.agent_id FROM tasks_task t WHERE t.id = h.task_id),
-       (SELECT count(*) FROM {_table(DeliveryAttempt)} x WHERE x.delivery_id = h.id)
+       e.consecutive_failures, COALESCE(busy.n, 0), t.agent_id,
+       (SELECT count(*) FROM {_table(DeliveryAttempt)} x WHERE x.delivery_id = h.id),
+       t.traceparent, t.tracestate
 FROM heads h
+LEFT JOIN tasks_task t ON t.id = h.task_id
 LEFT JOIN {_table(Endpoint)} e ON e.id = h.endpoint_id
 LEFT JOIN busy ON busy.endpoint_id = h.endpoint_id
 ORDER BY h.next_attempt_at, h.id
