@@ -29,13 +29,14 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -73,7 +74,7 @@ logger = logging.getLogger(__name__)
 def counter_tallies() -> Tallies:
     """Every counter family's figures: what retention deleted (agents.MetricBase) plus the
     same tallies over the rows still stored. Call inside `consistent_reads`."""
-    total: Tallies = defaultdict(float)
+    total: Tallies = defaultdict(int)
     for family, agent, label, value in MetricBase.objects.values_list(
         "family", "agent_id", "label", "value"
     ):
@@ -169,7 +170,7 @@ class PlatformCollector(Collector):
                     for bound in DELIVERY_LATENCY_BUCKETS
                 ]
                 + [("+Inf", tallies.get((LATENCY_FAMILY, pk, "count"), 0))],
-                sum_value=tallies.get((LATENCY_FAMILY, pk, "sum"), 0),
+                sum_value=tallies.get((LATENCY_FAMILY, pk, "sum"), 0) / 1_000_000,
             )
             for task_state in TaskState:
                 transitions.add_metric(
@@ -245,14 +246,17 @@ class PlatformCollector(Collector):
 _registry: CollectorRegistry | None = None
 
 
-def exposition() -> bytes:
-    """The scrape's body."""
+def exposition(accept: str) -> tuple[bytes, str]:
+    """The scrape's body and content type: the format the scraper's Accept header asks for
+    (prometheus_client's negotiation: OpenMetrics when asked for, else the text format
+    0.0.4)."""
     global _registry
     if _registry is None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(PlatformCollector())
         _registry = registry
-    return generate_latest(_registry)
+    encoder, content_type = choose_encoder(accept)
+    return encoder(_registry), content_type
 
 
 def _refusal(message: str, status: int) -> HttpResponse:
@@ -283,12 +287,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     try:
-        body = exposition()
+        body, content_type = exposition(request.headers.get("Accept", ""))
     except DatabaseError:
         logger.warning("metrics not read: the database refused", exc_info=True)
         response = _refusal("503 Service Unavailable: the database cannot be read now", 503)
         response["Retry-After"] = "5"
         return response
-    response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(body, content_type=content_type)
     response["Cache-Control"] = "no-store"
     return response

@@ -338,7 +338,7 @@ class MetricBase(models.Model):
     family = models.CharField(max_length=32)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     label = models.CharField(max_length=64)
-    value = models.FloatField(default=0)
+    value = models.BigIntegerField(default=0)  # whole numbers (latency sums in microseconds)
 
     class Meta:
         constraints = [

@@ -257,7 +257,7 @@ def agent_update(*, agent_pk: int, changes: dict[str, Any], actor: str) -> Agent
     return agent
 
 
-def metric_base_add(tallies: Mapping[tuple[str, int, str], float]) -> None:
+def metric_base_add(tallies: Mapping[tuple[str, int, str], int]) -> None:
     """Add `tallies` ((family, agent pk, label) -> value) to agents.MetricBase, inside the
     caller's transaction: the purge's, which deletes the rows it counted in the same one, so
     a counter (base + what is still stored) neither drops nor counts twice. Rows are created

@@ -241,7 +241,7 @@ TRANSITIONS_FAMILY = "task_transitions"
 _SHORT_STATES = {s.value: s.short for s in TaskState}
 
 
-def transition_tallies(events: QuerySet[TaskEvent]) -> dict[tuple[str, int, str], float]:
+def transition_tallies(events: QuerySet[TaskEvent]) -> dict[tuple[str, int, str], int]:
     """Per agent and state (its short name, `input-required`): the status events among
     `events`, one per task state change (the task's first, `submitted`, included). The
     purge folds the tallies of the events it deletes into agents.MetricBase."""

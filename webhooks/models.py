@@ -215,8 +215,10 @@ class DeliveryAttempt(models.Model):
     # Written with the attempt's result (blank while it is in flight, or if its worker died).
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, blank=True)
     # A delivered attempt's time from its event's write (the delivery row, written in the
-    # transition's transaction) to the receiver's 2xx: a2a_webhook_delivery_latency_seconds.
-    latency_ms = models.FloatField(null=True, blank=True)
+    # transition's transaction) to the receiver's 2xx, in microseconds: whole numbers, so the
+    # metric's sum (a2a_webhook_delivery_latency_seconds) adds up exactly however its rows
+    # are split between the live ones and what retention folded away.
+    latency_us = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["delivery", "number"]

@@ -515,10 +515,10 @@ def endpoint_health(endpoints: Iterable[Endpoint], now: datetime | None = None) 
 
 # --- figures the operators' dashboard and the metrics share (a2a_platform/metrics.py) --------
 
-# (family, agent pk, label) -> value: what a counter family adds up to over some rows. The
+# (family, agent pk, label) -> whole number: what a counter family adds up to over some rows. The
 # purge folds the tallies of the rows it deletes into agents.MetricBase; a scrape adds the
 # tallies of the rows still stored, so a counter never goes down.
-Tallies = dict[tuple[str, int, str], float]
+Tallies = dict[tuple[str, int, str], int]
 
 DELIVERIES_FAMILY = "webhook_deliveries"
 LATENCY_FAMILY = "webhook_delivery_latency"
@@ -544,20 +544,20 @@ def attempt_tallies(attempts: QuerySet[DeliveryAttempt]) -> Tallies:
     ):
         tallies[(DELIVERIES_FAMILY, row[agent], row["outcome"])] = row["n"]
     buckets = {
-        f"b{i}": Count("id", filter=Q(latency_ms__lte=bound * 1000))
+        f"b{i}": Count("id", filter=Q(latency_us__lte=round(bound * 1_000_000)))
         for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS)
     }
     for row in (
-        attempts.filter(latency_ms__isnull=False)
+        attempts.filter(latency_us__isnull=False)
         .values(agent)
-        .annotate(n=Count("id"), total=Sum("latency_ms"), **buckets)
+        .annotate(n=Count("id"), total=Sum("latency_us"), **buckets)
         .order_by()
     ):
         key = (LATENCY_FAMILY, row[agent])
         for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS):
             tallies[(*key, latency_label(bound))] = row[f"b{i}"]
         tallies[(*key, "count")] = row["n"]
-        tallies[(*key, "sum")] = (row["total"] or 0) / 1000
+        tallies[(*key, "sum")] = row["total"] or 0  # microseconds: whole numbers add exactly
     return tallies
 
 

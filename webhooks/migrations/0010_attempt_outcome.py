@@ -25,8 +25,8 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='deliveryattempt',
-            name='latency_ms',
-            field=models.FloatField(blank=True, null=True),
+            name='latency_us',
+            field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
             model_name='deliveryattempt',

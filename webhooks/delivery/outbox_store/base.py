@@ -83,7 +83,7 @@ class AttemptResult(NamedTuple):
     excerpt: str
     detail: str = ""  # the failure in words (webhooks/delivery/transport.py's failure_detail)
     # What recording it decided (webhooks.models.AttemptOutcome); a delivered attempt's row
-    # also gets its latency from the delivery's write (`DeliveryAttempt.latency_ms`).
+    # also gets its latency from the delivery's write (`DeliveryAttempt.latency_us`).
     outcome: str = ""
 
 

@@ -187,6 +187,7 @@ def _claim_write_sql() -> str:
             "error_class": _default(DeliveryAttempt, "error_class"),
             "error_detail": _default(DeliveryAttempt, "error_detail"),
             "response_excerpt": _default(DeliveryAttempt, "response_excerpt"),
+            "outcome": _default(DeliveryAttempt, "outcome"),
         },
     )
     return f"""
@@ -230,8 +231,9 @@ WITH tried AS (
     UPDATE {_table(DeliveryAttempt)} a
     SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
         response_excerpt = u.excerpt, error_detail = u.detail, outcome = u.outcome,
-        latency_ms = CASE WHEN u.outcome = {_literal(AttemptOutcome.DELIVERED)}
-            THEN EXTRACT(EPOCH FROM a.started_at - t.created_at) * 1000 + u.duration_ms END
+        latency_us = CASE WHEN u.outcome = {_literal(AttemptOutcome.DELIVERED)}
+            THEN round(EXTRACT(EPOCH FROM a.started_at - t.created_at) * 1000000
+                       + u.duration_ms * 1000) END
     FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
                 %(errors)s::text[], %(excerpts)s::text[], %(details)s::text[],
                 %(outcomes)s::text[])
