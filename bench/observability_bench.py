@@ -24,7 +24,9 @@ falls on both):
   receipt (the worker records each attempt's outcome and latency with or without metrics:
   that write is part of both sides).
 
-Printed: per phase and side the medians of the rounds (req/s, p50, p99), the on/off ratios,
+Printed: per phase and side the medians of the rounds (req/s, p50, p99, and the web
+process's CPU per request from /proc: the figure least moved by other load on a shared
+machine; for delivery, per delivery, the receiving web process's share), the on/off ratios,
 and the scrape's own cost (its median wall time and the rows it aggregated), again after
 --history more attempt and status-event rows (copies of the run's, inserted in SQL: a setup
 shortcut to a retention window's size). --server-env
@@ -60,7 +62,7 @@ from common import (  # noqa: E402
     load_average,
     platform_env,
 )
-from delivery_bench import Sink  # noqa: E402
+from delivery_bench import Sink, cpu_seconds  # noqa: E402
 
 DATABASE = "a2a_bench_observability"
 ALLOWED = {"A2A_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
@@ -125,7 +127,16 @@ class Scraper:
             self.task = None
 
 
-async def _phase(phase: str, base: str, args, ctx: dict) -> dict:
+async def _phase(phase: str, side: str, args, ctx: dict) -> dict:
+    """One measured phase against one side's web process; with its CPU per request."""
+    pid = ctx["pids"][side]
+    cpu = cpu_seconds([pid])
+    result = await _drive(phase, ctx["bases"][side], args, ctx)
+    result["cpu_ms"] = (cpu_seconds([pid]) - cpu) / max(result["requests"], 1) * 1000
+    return result
+
+
+async def _drive(phase: str, base: str, args, ctx: dict) -> dict:
     auth = {"Authorization": f"Bearer {ctx['token']}", "A2A-Version": "1.0"}
     if phase == "send":
 
@@ -171,7 +182,7 @@ async def _bench(args, ctx: dict) -> None:
     warm = argparse.Namespace(**{**vars(args), "seconds": min(args.seconds, 2.0)})
     for phase in PHASES:
         for side in SIDES:
-            await _phase(phase, ctx["bases"][side], warm, ctx)
+            await _phase(phase, side, warm, ctx)
     results: dict[tuple[str, str], list[dict]] = {}
     for round_no in range(args.rounds):
         sides = ("on", "off") if round_no % 2 == 0 else ("off", "on")
@@ -180,13 +191,14 @@ async def _bench(args, ctx: dict) -> None:
                 if side == "on":
                     scraper.start()
                 try:
-                    result = await _phase(phase, ctx["bases"][side], args, ctx)
+                    result = await _phase(phase, side, args, ctx)
                 finally:
                     await scraper.stop()
                 results.setdefault((phase, side), []).append(result)
                 print(
                     f"  round {round_no + 1} {phase:8} {side:3}: {result['rps']:8.1f}/s  "
                     f"p50 {result['p50_ms']:6.2f} ms  p99 {result['p99_ms']:6.2f} ms  "
+                    f"web CPU {result['cpu_ms']:.3f} ms/req  "
                     f"({result['requests']}, {result['errors']} errors, load {load_average()})",
                     flush=True,
                 )
@@ -200,10 +212,12 @@ async def _bench(args, ctx: dict) -> None:
             print(
                 f"{phase:8} {side:3} {median(phase, side, 'rps'):9.1f}/s  "
                 f"p50 {median(phase, side, 'p50_ms'):7.2f} ms  "
-                f"p99 {median(phase, side, 'p99_ms'):7.2f} ms"
+                f"p99 {median(phase, side, 'p99_ms'):7.2f} ms  "
+                f"web CPU {median(phase, side, 'cpu_ms'):.3f} ms/req"
             )
         ratio = median(phase, "on", "rps") / median(phase, "off", "rps")
-        line = f"{phase:8} on/off: throughput x{ratio:.3f}"
+        cpu = median(phase, "on", "cpu_ms") / median(phase, "off", "cpu_ms")
+        line = f"{phase:8} on/off: throughput x{ratio:.3f}, web CPU per request x{cpu:.3f}"
         if phase != "delivery":
             p50 = median(phase, "on", "p50_ms") / median(phase, "off", "p50_ms")
             p99 = median(phase, "on", "p99_ms") / median(phase, "off", "p99_ms")
@@ -319,11 +333,12 @@ def main() -> None:
             **{**quiet, "LOG_LEVEL": "INFO"},  # the readiness wait reads its `ready.` line
         )
         procs.beat(url, **quiet)
-        bases = {}
+        bases, pids = {}, {}
         for side, enabled in SIDES.items():
             port = free_port()
             procs.web(url, port, name=f"obs-web-{side}", A2A_METRICS_ENABLED=enabled, **quiet)
             bases[side] = f"http://127.0.0.1:{port}"
+            pids[side] = procs.procs[-1].pid
         for base in bases.values():
             _wait_ready(base)
         # A completed echo task for GetTask.
@@ -342,6 +357,7 @@ def main() -> None:
             flush=True,
         )
         ctx = {"url": url, "token": token, "task_id": task_id, "sink": sink, "bases": bases}
+        ctx["pids"] = pids
         asyncio.run(_bench(args, ctx))
     finally:
         procs.stop()
