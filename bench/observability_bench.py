@@ -9,7 +9,8 @@ What runs: a database of the bench's own (--database, default `a2a_bench_observa
 A2A_BENCH_PG's server, created afresh) with the echo agent at the root and a client API key;
 two uvicorn web processes on it, identical but for A2A_METRICS_ENABLED (`on`: requests timed
 and flushed to the shared histogram, /metrics scraped every --scrape-interval seconds while
-that side is measured, as a Prometheus would; `off`: no timing, no /metrics, no scrape); one
+that side is measured, as a Prometheus would (0: not during the phases, to see the hot paths'
+cost alone); `off`: no timing, no /metrics, no scrape); one
 Celery worker (agents, webhooks, heartbeat; threads, 8) and beat, as `make run` has them; a
 sink answering every webhook 200 (bench/sink.py).
 
@@ -188,7 +189,7 @@ async def _bench(args, ctx: dict) -> None:
         sides = ("on", "off") if round_no % 2 == 0 else ("off", "on")
         for phase in PHASES:
             for side in sides:
-                if side == "on":
+                if side == "on" and args.scrape_interval > 0:
                     scraper.start()
                 try:
                     result = await _phase(phase, side, args, ctx)
@@ -290,7 +291,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--tasks", type=int, default=100, help="tasks per delivery phase")
-    parser.add_argument("--scrape-interval", type=float, default=5)
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5,
+        help="seconds between scrapes while `on` is measured; 0: none (the hot paths alone)",
+    )
     parser.add_argument(
         "--history",
         type=int,
