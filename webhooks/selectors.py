@@ -37,6 +37,7 @@ from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
     OPEN_REBIND_STATES,
+    AttemptOutcome,
     ChannelMove,
     ChannelMoveQuerySet,
     Delivery,
@@ -536,23 +537,26 @@ def latency_label(bound: float) -> str:
 
 def attempt_tallies(attempts: QuerySet[DeliveryAttempt]) -> Tallies:
     """Per agent: the recorded attempts by outcome, and the delivered ones' latencies as a
-    histogram (cumulative count per bound, sum and count). Two grouped queries."""
+    histogram (cumulative count per bound, sum and count). One grouped scan of the rows."""
     tallies: Tallies = {}
     agent = "delivery__task__agent_id"
-    for row in (
-        attempts.exclude(outcome="").values(agent, "outcome").annotate(n=Count("id")).order_by()
-    ):
-        tallies[(DELIVERIES_FAMILY, row[agent], row["outcome"])] = row["n"]
+    outcomes = {f"o_{o}": Count("id", filter=Q(outcome=o)) for o in AttemptOutcome.values}
     buckets = {
         f"b{i}": Count("id", filter=Q(latency_us__lte=round(bound * 1_000_000)))
         for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS)
     }
     for row in (
-        attempts.filter(latency_us__isnull=False)
-        .values(agent)
-        .annotate(n=Count("id"), total=Sum("latency_us"), **buckets)
+        attempts.values(agent)
+        .annotate(
+            n=Count("id", filter=Q(latency_us__isnull=False)),
+            total=Sum("latency_us"),
+            **outcomes,
+            **buckets,
+        )
         .order_by()
     ):
+        for outcome in AttemptOutcome.values:
+            tallies[(DELIVERIES_FAMILY, row[agent], outcome)] = row[f"o_{outcome}"]
         key = (LATENCY_FAMILY, row[agent])
         for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS):
             tallies[(*key, latency_label(bound))] = row[f"b{i}"]
