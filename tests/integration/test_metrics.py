@@ -15,8 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from a2a_platform.request_metrics import Pending, request_durations_flush
 from agents.models import MetricBase
 from tasks import services
-from tasks.models import TaskEvent
+from tasks.dispatch import dispatch_claim
+from tasks.models import ExecutorDispatch, TaskEvent
 from tasks.states import TaskState
+from tasks.sweeper import dispatch_sweep
 from tests.deliveries import delivery_claim_head, delivery_record
 from tests.factories import AgentFactory
 from tests.webhook_checks import configure, open_task
@@ -257,3 +259,21 @@ def test_a_refused_flush_keeps_its_observations_for_the_next_one():
     (series,) = pending.series.values()
     assert series.count == 2
     assert series.total_seconds == pytest.approx(0.3)
+
+
+def test_a_dispatch_that_ran_out_of_tries_is_an_executor_failure(settings):
+    """Each claim whose lease lapsed (its worker gone) is a try; after the last the sweeper
+    fails the task (executor lost): one executor failure, one transition to failed."""
+    settings.A2A_DISPATCH_LEASE_SECONDS = 0
+    agent = AgentFactory(slug="lost-bot", executor="external")
+    task, _ = open_task(agent, "x")
+    dispatch = ExecutorDispatch.objects.get(task=task)
+    before = scrape()
+    assert value(before, "a2a_executor_failures_total", agent="lost-bot") == 0
+    for attempt in range(settings.A2A_DISPATCH_MAX_TRIES):
+        assert dispatch_claim(dispatch_id=dispatch.pk, worker=f"gone:{attempt}")
+        dispatch_sweep()
+    samples = scrape()
+    assert value(samples, "a2a_executor_failures_total", agent="lost-bot") == 1
+    assert value(samples, "a2a_task_transitions_total", agent="lost-bot", state="failed") == 1
+    assert value(samples, "a2a_tasks_in_flight", agent="lost-bot") == 0
