@@ -10,6 +10,9 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from a2a_platform.request_metrics import Pending, request_durations_flush
@@ -277,3 +280,23 @@ def test_a_dispatch_that_ran_out_of_tries_is_an_executor_failure(settings):
     assert value(samples, "a2a_executor_failures_total", agent="lost-bot") == 1
     assert value(samples, "a2a_task_transitions_total", agent="lost-bot", state="failed") == 1
     assert value(samples, "a2a_tasks_in_flight", agent="lost-bot") == 0
+
+
+def test_openmetrics_when_the_scraper_asks_for_it_without_created_series():
+    agent = AgentFactory(slug="om-bot", executor="external")
+    open_task(agent, "x")
+    response = Client().get(
+        "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    body = response.content.decode()
+    assert body.endswith("# EOF\n")
+    assert "_created" not in body
+    families = {f.name: f for f in openmetrics_families(body)}
+    (sample,) = [
+        s
+        for s in families["a2a_task_transitions"].samples
+        if s.labels == {"agent": "om-bot", "state": "submitted"}
+    ]
+    assert (sample.name, sample.value) == ("a2a_task_transitions_total", 1)
