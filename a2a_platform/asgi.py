@@ -87,7 +87,7 @@ async def _lifespan(receive, send) -> None:
     from a2a_platform.protocol import sse
     from tasks.event_hub import get_hub
 
-    heartbeat = None
+    heartbeat = flusher = None
 
     while True:
         message = await receive()
@@ -105,6 +105,10 @@ async def _lifespan(receive, send) -> None:
                 _drain_on_sigterm()
             name = f"{socket.gethostname()}:{os.getpid()}"
             heartbeat = asyncio.create_task(_heartbeat(name, timezone.now()))
+            if settings.A2A_METRICS_ENABLED:
+                flusher = asyncio.create_task(
+                    request_metrics.flush_periodically(settings.A2A_METRICS_FLUSH_SECONDS)
+                )
             freeze_startup_heap()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
@@ -113,20 +117,38 @@ async def _lifespan(receive, send) -> None:
                 heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
+            if flusher is not None:
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
+                try:  # what this process served since its last flush
+                    await request_metrics.flush_pending()
+                except Exception:
+                    logger.warning("request durations lost at shutdown", exc_info=True)
             await get_hub().stop()
             await send({"type": "lifespan.shutdown.complete"})
             return
 
 
-from a2a_platform.protocol import app as protocol  # noqa: E402 (needs Django set up)
+from django.conf import settings  # noqa: E402
+
+from a2a_platform import request_metrics  # noqa: E402 (needs Django set up)
+from a2a_platform.protocol import app as protocol  # noqa: E402
+
+
+async def _serve(scope, receive, send):
+    route = protocol.route_for(scope)
+    if route is not None:
+        scope[request_metrics.ROUTE_KEY] = route.template
+        await protocol.handle(route, scope, receive, send)
+        return
+    await django_app(scope, receive, send)
 
 
 async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
-        return
-    route = protocol.route_for(scope)
-    if route is not None:
-        await protocol.handle(route, scope, receive, send)
-        return
-    await django_app(scope, receive, send)
+    elif scope["type"] == "http" and settings.A2A_METRICS_ENABLED:
+        await request_metrics.timed(_serve, scope, receive, send)
+    else:  # metrics off: not timed at all
+        await _serve(scope, receive, send)

@@ -412,6 +412,18 @@ A2A_RETENTION_DAYS = env.int("A2A_RETENTION_DAYS", default=14)
 A2A_RETENTION_INTERVAL_SECONDS = env.int("A2A_RETENTION_INTERVAL_SECONDS", default=3600)
 A2A_RETENTION_BATCH = env.int("A2A_RETENTION_BATCH", default=5000)
 
+# --- Metrics (docs/observability.md, "Metrics") ------------------------------------------
+# Off: no /metrics (404) and no request timing (the ASGI app is not wrapped).
+A2A_METRICS_ENABLED = env.bool("A2A_METRICS_ENABLED", default=True)
+# When set, /metrics answers only `Authorization: Bearer <token>` (401 otherwise).
+A2A_METRICS_TOKEN = env.str("A2A_METRICS_TOKEN", default="")
+# Each web process adds its request durations to the shared histogram this often (and when
+# it stops): a scrape shows other processes' requests at most this late.
+A2A_METRICS_FLUSH_SECONDS = env.float("A2A_METRICS_FLUSH_SECONDS", default=5)
+if A2A_METRICS_ENABLED:
+    # Names the Django route a request matched, for http_server_request_duration_seconds.
+    MIDDLEWARE.append("a2a_platform.request_metrics.RouteMiddleware")
+
 # --- Webhook SSRF allowlist -----------------------------------------------------------------
 # Comma-separated CIDRs a webhook may reach even though they are not public (loopback,
 # private, ...); plain http is accepted only to these. Empty: public https destinations only.

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from a2a_platform import health, home
+from a2a_platform import health, home, metrics
 from a2a_platform.api.fallback import NoRoute
 from webhooks.console import views as admin_views
 
@@ -15,6 +15,8 @@ urlpatterns = [
     path("", home.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    # Prometheus text exposition (docs/observability.md, "Metrics"); A2A_METRICS_TOKEN guards it.
+    path("metrics", metrics.metrics, name="metrics"),
     # Staff only: admin_view redirects anyone else to the admin login (and never caches).
     path(
         "admin/dashboard.json",

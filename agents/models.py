@@ -24,6 +24,7 @@ RESERVED_SLUGS = frozenset(
         "api",
         "healthz",
         "readyz",
+        "metrics",
         "static",
         "jsonrpc",
     }
@@ -324,3 +325,52 @@ class OperatorAction(models.Model):
     def record(cls, actor: str, action: str, target: dict) -> OperatorAction:
         """The one way an action is audited (inside the action's transaction)."""
         return cls.objects.create(actor=actor[:150], action=action, target=target)
+
+
+class MetricBase(models.Model):
+    """What retention deleted, counted: a counter family's figure per agent and label (a
+    delivery outcome, a task state, a latency bucket) is this row's value plus the same
+    aggregate over the rows still stored (a2a_platform/metrics.py), so a purge never lowers
+    a counter. Written only by the purge, in the transaction that deletes the rows it counts
+    (`metric_base_add`). Here, at the bottom of the apps, for the same reason as
+    `OperatorAction`: the webhooks and tasks tallies both fold into it."""
+
+    family = models.CharField(max_length=32)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    label = models.CharField(max_length=64)
+    value = models.BigIntegerField(default=0)  # whole numbers (latency sums in microseconds)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["family", "agent", "label"], name="metricbase_unique_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.family}{{{self.agent_id},{self.label}}}={self.value}"
+
+
+class RequestDuration(models.Model):
+    """The web processes' request-duration histogram, one row per method, route and status:
+    each process adds what it served since its last flush (a2a_platform/metrics.py,
+    `request_durations_flush`), so any process's scrape shows every process's requests.
+    `buckets` holds the count per bucket of REQUEST_DURATION_BUCKETS (not cumulative), its
+    last item the observations above the last bound."""
+
+    method = models.CharField(max_length=16)
+    route = models.CharField(max_length=200)
+    status = models.PositiveSmallIntegerField()
+    buckets = models.JSONField(default=list)
+    total_seconds = models.FloatField(default=0)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["method", "route", "status"], name="requestduration_unique_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.route} {self.status}"

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform.lib.checks import Check, check_database, check_migrations
+from a2a_platform.lib.checks import Check, check_broker, check_database, check_migrations
 from agents.executor_spec import HOSTED_PREFIX
 from agents.hub_state import process_hub_connected
 from agents.models import Agent, WebInstance, WorkerHeartbeat
@@ -368,3 +368,25 @@ def heartbeat(*, hostname: str, hosted: dict[str, str | None] | None = None) -> 
         return True
     rows.update(**beat)
     return False
+
+
+def instance_checks(state: Readiness) -> list[Check]:
+    """Every check an operator sees for this instance (the dashboard and the metrics'
+    `a2a_readiness`): the gate's, the broker's (which /readyz adds), and one per hosted
+    executor of an enabled agent (failing keeps only those agents' cards back)."""
+    checks = [*state.checks, check_broker()]
+    checks += [
+        Check(f"hosted {spec}", load.ok, f"agents {', '.join(load.agents)}: {load.detail}")
+        for spec, load in state.hosted.items()
+    ]
+    return checks
+
+
+def worker_liveness(now) -> list[tuple[WorkerHeartbeat, bool]]:
+    """Every registered worker with whether its heartbeat is fresh (within
+    A2A_HEARTBEAT_FRESH_SECONDS), by hostname."""
+    fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
+    return [
+        (w, (now - w.beat_at).total_seconds() <= fresh)
+        for w in WorkerHeartbeat.objects.order_by("hostname")
+    ]

@@ -4,18 +4,20 @@ operator asked, as a demo seed or a test does)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from google.protobuf import json_format
 
 from a2a_platform.lib.crypto import token_digest, token_matches, token_new, token_prefix
 from agents.card_render import render_card
-from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind, OperatorAction
+from agents.models import RESERVED_SLUGS, Agent, ApiKey, ApiKeyKind, MetricBase, OperatorAction
 from agents.signing import signing_key_create_for_new_agent
 
 TOKEN_PREFIX = "a2a"
@@ -253,3 +255,21 @@ def agent_update(*, agent_pk: int, changes: dict[str, Any], actor: str) -> Agent
             {"agent": agent.pk, "slug": agent.slug, "fields": sorted(changes)},
         )
     return agent
+
+
+def metric_base_add(tallies: Mapping[tuple[str, int, str], int]) -> None:
+    """Add `tallies` ((family, agent pk, label) -> value) to agents.MetricBase, inside the
+    caller's transaction: the purge's, which deletes the rows it counted in the same one, so
+    a counter (base + what is still stored) neither drops nor counts twice. Rows are created
+    at zero first, then added to in key order (a fixed lock order)."""
+    keys = sorted(k for k, v in tallies.items() if v)
+    if not keys:
+        return
+    MetricBase.objects.bulk_create(
+        [MetricBase(family=f, agent_id=a, label=label) for f, a, label in keys],
+        ignore_conflicts=True,
+    )
+    for family, agent, label in keys:
+        MetricBase.objects.filter(family=family, agent_id=agent, label=label).update(
+            value=F("value") + tallies[(family, agent, label)]
+        )

@@ -122,7 +122,16 @@ class Procs:
         self.procs.append(proc)
         return proc
 
-    def web(self, database_url: str, port: int, workers: int = 1) -> None:
+    def web(
+        self,
+        database_url: str,
+        port: int,
+        workers: int = 1,
+        name: str | None = None,
+        **extra_env: str,
+    ) -> None:
+        """uvicorn on `port` (log var/bench/<name>.log, extra environment `extra_env`);
+        returns once /healthz answers."""
         proc = self.start(
             [
                 str(BIN / "uvicorn"),
@@ -135,7 +144,8 @@ class Procs:
                 "warning",
                 "--no-access-log",
             ],
-            platform_env(database_url),
+            platform_env(database_url, **extra_env),
+            name=name,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -9,10 +9,20 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
+from django.db.models import BooleanField, Case, Count, Q, QuerySet, Value, When
+from django.db.models.fields.json import KT
 
 from agents.card_render import PUSH_CHANNEL_URI
-from tasks.models import Artifact, Message, Task, TaskEvent
+from tasks.models import (
+    Artifact,
+    DispatchState,
+    EventKind,
+    ExecutorDispatch,
+    Message,
+    Task,
+    TaskEvent,
+)
+from tasks.states import IN_FLIGHT_VALUES, TaskState
 from tasks.task_store import SettledKey, Snapshot, SnapshotKey, get_task_store
 
 
@@ -229,3 +239,47 @@ def _with_orphaned(qs: QuerySet[Task]) -> QuerySet[Task]:
         output_field=BooleanField(),
     )
     return qs.annotate(orphaned=orphaned)
+
+
+# --- figures the metrics read (a2a_platform/metrics.py) -------------------------------------
+
+TRANSITIONS_FAMILY = "task_transitions"
+_SHORT_STATES = {s.value: s.short for s in TaskState}
+
+
+def transition_tallies(events: QuerySet[TaskEvent]) -> dict[tuple[str, int, str], int]:
+    """Per agent and state (its short name, `input-required`): the status events among
+    `events`, one per task state change (the task's first, `submitted`, included). The
+    purge folds the tallies of the events it deletes into agents.MetricBase."""
+    state = KT("payload__statusUpdate__status__state")
+    return {
+        (TRANSITIONS_FAMILY, agent, _SHORT_STATES[value]): n
+        for agent, value, n in events.filter(kind=EventKind.STATUS)
+        .annotate(state=state)
+        .values_list("task__agent_id", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+        if value in _SHORT_STATES  # a status event always names one; never fail a scrape
+    }
+
+
+def tasks_in_flight_per_agent() -> dict[int, int]:
+    """Agent pk -> its tasks not in a terminal state (the `task_state` index)."""
+    return dict(
+        Task.objects.filter(state__in=IN_FLIGHT_VALUES)
+        .values_list("agent_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def executor_failures_per_agent() -> dict[int, int]:
+    """Agent pk -> its executor runs that failed: the dispatch gave up (lost: the sweeper
+    failed the task after A2A_DISPATCH_MAX_TRIES) or the run raised (its `error` is set).
+    Dispatches are never deleted while their task exists, so this count never goes down."""
+    return dict(
+        ExecutorDispatch.objects.filter(Q(state=DispatchState.LOST) | ~Q(error=""))
+        .values_list("task__agent_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )

@@ -188,6 +188,15 @@ class Delivery(models.Model):
         return f"{self.event_id} ({self.state})"
 
 
+class AttemptOutcome(models.TextChoices):
+    """What recording an attempt decided, as `a2a_webhook_deliveries_total` labels it."""
+
+    DELIVERED = "delivered", "delivered (2xx)"
+    FAILED = "failed", "failed, tried again later"
+    DEAD = "dead", "failed for good: dead-lettered"
+    STALE = "stale", "answered after its lease passed: not recorded"
+
+
 class DeliveryAttempt(models.Model):
     delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts_log")
     number = models.PositiveIntegerField()
@@ -203,6 +212,13 @@ class DeliveryAttempt(models.Model):
     # "certificate has expired", "HTTP 503 Service Unavailable from the receiver". Never
     # the URL's path or query, the headers or a credential.
     error_detail = models.CharField(max_length=300, blank=True)
+    # Written with the attempt's result (blank while it is in flight, or if its worker died).
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, blank=True)
+    # A delivered attempt's time from its event's write (the delivery row, written in the
+    # transition's transaction) to the receiver's 2xx, in microseconds: whole numbers, so the
+    # metric's sum (a2a_webhook_delivery_latency_seconds) adds up exactly however its rows
+    # are split between the live ones and what retention folded away.
+    latency_us = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["delivery", "number"]

@@ -5,11 +5,25 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -23,7 +37,9 @@ from webhooks.models import (
     CONFIG_ID,
     OPEN_DELIVERY_STATES,
     OPEN_REBIND_STATES,
+    AttemptOutcome,
     ChannelMove,
+    ChannelMoveQuerySet,
     Delivery,
     DeliveryAttempt,
     DeliveryKind,
@@ -495,4 +511,185 @@ def endpoint_health(endpoints: Iterable[Endpoint], now: datetime | None = None) 
                 "maxLatencyMs": round(a["worst"], 1) if a else None,
             },
         }
+    return out
+
+
+# --- figures the operators' dashboard and the metrics share (a2a_platform/metrics.py) --------
+
+# (family, agent pk, label) -> whole number: what a counter family adds up to over some rows. The
+# purge folds the tallies of the rows it deletes into agents.MetricBase; a scrape adds the
+# tallies of the rows still stored, so a counter never goes down.
+Tallies = dict[tuple[str, int, str], int]
+
+DELIVERIES_FAMILY = "webhook_deliveries"
+LATENCY_FAMILY = "webhook_delivery_latency"
+# Upper bounds (seconds) of a2a_webhook_delivery_latency_seconds: from a fast receiver's
+# answer to a delivery that waited out retries for a day (the retry schedule's reach).
+DELIVERY_LATENCY_BUCKETS = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0,
+)  # fmt: skip
+
+
+def latency_label(bound: float) -> str:
+    """A latency bucket's label in the tallies: its bound as Prometheus writes `le`."""
+    return f"le={bound}"
+
+
+def attempt_tallies(attempts: QuerySet[DeliveryAttempt]) -> Tallies:
+    """Per agent: the recorded attempts by outcome, and the delivered ones' latencies as a
+    histogram (cumulative count per bound, sum and count). One grouped scan of the rows."""
+    tallies: Tallies = {}
+    agent = "delivery__task__agent_id"
+    outcomes = {f"o_{o}": Count("id", filter=Q(outcome=o)) for o in AttemptOutcome.values}
+    buckets = {
+        f"b{i}": Count("id", filter=Q(latency_us__lte=round(bound * 1_000_000)))
+        for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS)
+    }
+    for row in (
+        attempts.values(agent)
+        .annotate(
+            n=Count("id", filter=Q(latency_us__isnull=False)),
+            total=Sum("latency_us"),
+            **outcomes,
+            **buckets,
+        )
+        .order_by()
+    ):
+        for outcome in AttemptOutcome.values:
+            tallies[(DELIVERIES_FAMILY, row[agent], outcome)] = row[f"o_{outcome}"]
+        key = (LATENCY_FAMILY, row[agent])
+        for i, bound in enumerate(DELIVERY_LATENCY_BUCKETS):
+            tallies[(*key, latency_label(bound))] = row[f"b{i}"]
+        tallies[(*key, "count")] = row["n"]
+        tallies[(*key, "sum")] = row["total"] or 0  # microseconds: whole numbers add exactly
+    return tallies
+
+
+@dataclass(frozen=True)
+class DeliveryBacklog:
+    """One agent's deliveries by state now, and the oldest open (pending or sending) and
+    held one's creation time."""
+
+    pending: int = 0
+    sending: int = 0
+    held: int = 0
+    dead: int = 0
+    oldest_open_at: datetime | None = None
+    oldest_held_at: datetime | None = None
+
+    @property
+    def queue_depth(self) -> int:
+        """Pending and sending: what the pumps have to send."""
+        return self.pending + self.sending
+
+    @property
+    def owed(self) -> int:
+        """Every delivery still owed to a receiver: the queue and the held ones."""
+        return self.queue_depth + self.held
+
+    @property
+    def oldest_owed_at(self) -> datetime | None:
+        times = [t for t in (self.oldest_open_at, self.oldest_held_at) if t is not None]
+        return min(times) if times else None
+
+
+def delivery_backlog() -> dict[int, DeliveryBacklog]:
+    """Per agent pk (agents with none owed or dead are absent): one grouped query."""
+    states = [DeliveryState.PENDING, DeliveryState.SENDING, DeliveryState.HELD, DeliveryState.DEAD]
+    figures: dict[int, dict[str, Any]] = {}
+    for row in (
+        Delivery.objects.filter(state__in=states)
+        .values("task__agent_id", "state")
+        .annotate(n=Count("id"), oldest=Min("created_at"))
+        .order_by()
+    ):
+        f = figures.setdefault(row["task__agent_id"], {})
+        f[row["state"]] = row["n"]
+        slot = {
+            DeliveryState.PENDING: "oldest_open_at",
+            DeliveryState.SENDING: "oldest_open_at",
+            DeliveryState.HELD: "oldest_held_at",
+        }.get(row["state"])
+        if slot is not None and (slot not in f or row["oldest"] < f[slot]):
+            f[slot] = row["oldest"]
+    return {agent: DeliveryBacklog(**f) for agent, f in figures.items()}
+
+
+# Why an endpoint is in trouble: its breaker is open (a failure streak: one try in flight at a
+# time, webhooks/delivery/endpoint_health.py) or an operator paused it. The dashboard counts
+# them; the metrics count them per agent.
+ENDPOINT_TROUBLES = {
+    "breaker": Q(consecutive_failures__gt=0),
+    "paused": Q(paused_at__isnull=False),
+}
+
+
+def troubled_endpoints() -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(ENDPOINT_TROUBLES["breaker"] | ENDPOINT_TROUBLES["paused"])
+
+
+def troubled_endpoints_per_agent() -> dict[tuple[int, str], int]:
+    """(agent pk, reason) -> how many distinct troubled endpoints the agent's push configs
+    (not deleted) have a binding to. One grouped query per reason, starting from the
+    troubled endpoints (few)."""
+    counts = {}
+    for reason, q in ENDPOINT_TROUBLES.items():
+        for agent, n in (
+            PushBinding.objects.filter(
+                endpoint__in=Endpoint.objects.filter(q), config__deleted_at__isnull=True
+            )
+            .values_list("config__task__agent_id")
+            .annotate(n=Count("endpoint_id", distinct=True))
+            .order_by()
+        ):
+            counts[(agent, reason)] = n
+    return counts
+
+
+@dataclass(frozen=True)
+class RebindProgress:
+    """An open rebind with its progress: `done` = moved + finished on the old channel, of
+    `planned` moves (one per config; while `rebind.moves_planned` is false the total grows),
+    and its live tasks still on the old version."""
+
+    rebind: Rebind
+    planned: int
+    done: int
+    on_old: int
+    orphaned: int
+
+
+def open_rebinds_progress() -> list[RebindProgress]:
+    rebinds = list(
+        Rebind.objects.filter(state__in=OPEN_REBIND_STATES)
+        .select_related("agent")
+        .order_by("created_at", "id")
+    )
+    moves: dict[Any, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    on_old: dict[Any, int] = defaultdict(int)
+    if rebinds:
+        rows = (
+            ChannelMove.objects.filter(rebind__in=[r.pk for r in rebinds])
+            .values("rebind_id", "state")
+            .annotate(
+                n=Count("id"),
+                live=Count("id", filter=ChannelMoveQuerySet.on_old_q()),
+            )
+            .order_by()
+        )
+        for row in rows:
+            moves[row["rebind_id"]][row["state"]] = row["n"]
+            on_old[row["rebind_id"]] += row["live"]
+    out = []
+    for r in rebinds:
+        by_state = moves[r.pk]
+        out.append(
+            RebindProgress(
+                rebind=r,
+                planned=sum(by_state.values()),
+                done=by_state[MoveState.MOVED] + by_state[MoveState.FINISHED_ON_OLD],
+                on_old=on_old[r.pk],
+                orphaned=by_state[MoveState.ORPHANED],
+            )
+        )
     return out

@@ -102,6 +102,16 @@ class Route:
     params: dict[str, str] = field(default_factory=dict)
     method_allowed: bool = True
     allowed: frozenset[str] = frozenset()  # the methods the path takes, when this one is not
+    # The path's pattern, parameters named (`/{tenant}/tasks/{id}`): the metrics' http_route.
+    template: str = ""
+
+
+def _template(pattern: re.Pattern) -> str:
+    path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern.pattern)
+    return path.replace("\\.", ".").replace("/?", "/") or "/"
+
+
+_TEMPLATES = {p: _template(p) for _, p, _ in (*_V1_ROUTES, *_V03_ROUTES)}
 
 
 def _match(method: str, rest: str, tenant: str | None) -> Route | None:
@@ -111,10 +121,11 @@ def _match(method: str, rest: str, tenant: str | None) -> Route | None:
             m = pattern.fullmatch(rest)
             if m is None:
                 continue
+            template = ("/{tenant}" if tenant else "") + _TEMPLATES[pattern]
             if method in methods:
-                return Route(name, tenant, legacy, m.groupdict())
+                return Route(name, tenant, legacy, m.groupdict(), template=template)
             wrong_method = wrong_method or Route(
-                name, tenant, legacy, m.groupdict(), False, methods
+                name, tenant, legacy, m.groupdict(), False, methods, template
             )
     return wrong_method
 

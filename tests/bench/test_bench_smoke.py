@@ -257,3 +257,17 @@ def test_hosted_bench():
     # The platform's tasks all ended COMPLETED with their artifact (the SDK's are its own).
     platform = out.split("# the official SDK's server")[0]
     assert "  VOID (" not in platform, platform[-6000:]
+
+
+def test_observability_bench():
+    out = run_bench("observability_bench.py", database="observability")
+    for phase in ("send", "get", "delivery"):
+        for side in ("on", "off"):
+            expect(out, rf"^{phase} +{side} +[\d.]+/s +p50 ")
+        expect(out, rf"^{phase} +on/off: throughput x[\d.]+")
+    expect(
+        out,
+        r"^errors: 0$",
+        r"^scrape: median [\d.]+ ms over \d+ scrapes; rows: webhooks_deliveryattempt \d+",
+        r"^# load average at the end [\d.]+$",
+    )

@@ -13,29 +13,22 @@ from __future__ import annotations
 
 import os
 import socket
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from a2a_platform.lib.checks import check_broker
 from agents import readiness as gate
-from agents.models import Agent, WebInstance, WorkerHeartbeat
-from webhooks.models import (
-    OPEN_REBIND_STATES,
-    Alert,
-    ChannelMove,
-    ChannelMoveQuerySet,
-    Delivery,
-    DeliveryAttempt,
-    DeliveryState,
-    Endpoint,
-    MoveState,
-    Rebind,
+from agents.models import Agent, WebInstance
+from webhooks.models import Alert, DeliveryAttempt
+from webhooks.selectors import (
+    ENDPOINT_TROUBLES,
+    delivery_backlog,
+    open_rebinds_progress,
+    troubled_endpoints,
 )
 
 MINUTES = 60  # the per-minute chart's window
@@ -97,38 +90,26 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
     last readiness and every worker's heartbeat with its age: the workers are the other
     instances the gate depends on."""
     state = gate.current()
-    broker = check_broker()
-    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in state.checks]
-    checks.append({"name": "broker", "ok": broker.ok, "detail": broker.detail})
-    # One row per hosted executor: the agents naming it, the workers and the import error
-    # (failing keeps only those agents' cards back, not the instance).
-    checks += [
-        {
-            "name": f"hosted {spec}",
-            "ok": load.ok,
-            "detail": f"agents {', '.join(load.agents)}: {load.detail}",
-        }
-        for spec, load in state.hosted.items()
-    ]
+    checks = gate.instance_checks(state)
     fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
     workers = [
         {
             "hostname": w.hostname,
             "queues": list(w.queues),
             "beatAgeSeconds": _age(now, w.beat_at),
-            "live": (now - w.beat_at).total_seconds() <= fresh,
+            "live": live,
             "startedAt": _iso(w.started_at),
             "backlogReenqueued": w.backlog_reenqueued_at is not None
             and w.backlog_reenqueued_at >= w.started_at,
             "hosted": w.hosted,
         }
-        for w in WorkerHeartbeat.objects.order_by("hostname")
+        for w, live in gate.worker_liveness(now)
     ]
     return {
         "instance": f"{socket.gethostname()}:{os.getpid()}",
-        "ready": state.ready and broker.ok,
+        "ready": state.ready and all(c.ok for c in checks if c.name == "broker"),
         "draining": state.draining,
-        "checks": checks,
+        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
         "workers": workers,
         "webInstances": _web_instances(now),
         "heartbeatFreshSeconds": fresh,
@@ -152,27 +133,19 @@ def _delivery_figures(agent_pks: list[int], now: datetime) -> dict[int, dict[str
         }
         for pk in agent_pks
     }
-    states = [DeliveryState.PENDING, DeliveryState.SENDING, DeliveryState.HELD, DeliveryState.DEAD]
-    rows = (
-        Delivery.objects.filter(state__in=states)
-        .values("task__agent_id", "state")
-        .annotate(n=Count("id"), oldest=Min("created_at"))
-        .order_by()
-    )
-    oldest: dict[int, datetime] = {}
-    for row in rows:
-        f = figures.get(row["task__agent_id"])
+    for agent, backlog in delivery_backlog().items():
+        f = figures.get(agent)
         if f is None:
             continue
-        f[row["state"]] = row["n"]
-        if row["state"] in (DeliveryState.PENDING, DeliveryState.SENDING):
-            f["queueDepth"] += row["n"]
-            agent = row["task__agent_id"]
-            if agent not in oldest or row["oldest"] < oldest[agent]:
-                oldest[agent] = row["oldest"]
-    for agent, at in oldest.items():
-        figures[agent]["oldestPendingAt"] = _iso(at)
-        figures[agent]["oldestPendingAgeSeconds"] = _age(now, at)
+        f.update(
+            queueDepth=backlog.queue_depth,
+            pending=backlog.pending,
+            sending=backlog.sending,
+            held=backlog.held,
+            dead=backlog.dead,
+            oldestPendingAt=_iso(backlog.oldest_open_at),
+            oldestPendingAgeSeconds=_age(now, backlog.oldest_open_at),
+        )
 
     # Finished attempts only (an attempt row is written at claim time, its outcome when the
     # send returns: duration_ms is set then). Delivered: a 2xx answer; anything else failed.
@@ -205,10 +178,10 @@ def _window_start(now: datetime) -> datetime:
 
 
 def _endpoints() -> dict[str, Any]:
-    troubled = Endpoint.objects.filter(Q(consecutive_failures__gt=0) | Q(paused_at__isnull=False))
+    troubled = troubled_endpoints()
     counts = troubled.aggregate(
-        failing=Count("id", filter=Q(consecutive_failures__gt=0)),
-        paused=Count("id", filter=Q(paused_at__isnull=False)),
+        failing=Count("id", filter=ENDPOINT_TROUBLES["breaker"]),
+        paused=Count("id", filter=ENDPOINT_TROUBLES["paused"]),
     )
     rows = troubled.order_by("-consecutive_failures", "origin")[:ENDPOINT_ROWS]
     return {
@@ -250,34 +223,10 @@ def _alerts() -> dict[str, Any]:
 
 
 def _rebinds(now: datetime) -> list[dict[str, Any]]:
-    """Every open rebind with its progress: (moved + finished on the old channel) / planned
-    moves (one ChannelMove per config; while `moves_planned` is false planning goes on and
-    the total grows), and the live tasks still on the old version."""
-    rebinds = list(
-        Rebind.objects.filter(state__in=OPEN_REBIND_STATES)
-        .select_related("agent")
-        .order_by("created_at", "id")
-    )
-    moves: dict[Any, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    on_old: dict[Any, int] = defaultdict(int)
-    if rebinds:
-        rows = (
-            ChannelMove.objects.filter(rebind__in=[r.pk for r in rebinds])
-            .values("rebind_id", "state")
-            .annotate(
-                n=Count("id"),
-                live=Count("id", filter=ChannelMoveQuerySet.on_old_q()),
-            )
-            .order_by()
-        )
-        for row in rows:
-            moves[row["rebind_id"]][row["state"]] = row["n"]
-            on_old[row["rebind_id"]] += row["live"]
+    """Every open rebind with its progress (webhooks.selectors.open_rebinds_progress)."""
     out = []
-    for r in rebinds:
-        by_state = moves[r.pk]
-        planned = sum(by_state.values())
-        done = by_state[MoveState.MOVED] + by_state[MoveState.FINISHED_ON_OLD]
+    for p in open_rebinds_progress():
+        r, planned, done = p.rebind, p.planned, p.done
         out.append(
             {
                 "id": str(r.pk),
@@ -289,8 +238,8 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
                 "done": done,
                 "progress": round(done / planned, 4) if planned else 0.0,
                 "percent": done * 100 // planned if planned else 0,
-                "onOldVersion": on_old[r.pk],
-                "orphaned": by_state[MoveState.ORPHANED],
+                "onOldVersion": p.on_old,
+                "orphaned": p.orphaned,
                 "deadline": _iso(r.deadline),
                 "deadlineInSeconds": _age(r.deadline, now) if r.deadline else None,
             }

@@ -49,6 +49,7 @@ from webhooks.delivery.outbox_store import (
 from webhooks.delivery.transport import TransportResult, failure_detail
 from webhooks.models import (
     AlertKind,
+    AttemptOutcome,
     Delivery,
     DeliveryAttempt,
     DeliveryKind,
@@ -249,6 +250,14 @@ class OutcomeState(StrEnum):
     STALE = "stale"  # the lease passed and another claimer took the delivery over: not recorded
 
 
+# How an attempt's row records each decision (the metrics' `outcome` label).
+ATTEMPT_OUTCOMES = {
+    OutcomeState.DELIVERED: AttemptOutcome.DELIVERED,
+    OutcomeState.RETRY: AttemptOutcome.FAILED,
+    OutcomeState.DEAD: AttemptOutcome.DEAD,
+    OutcomeState.STALE: AttemptOutcome.STALE,
+}
+
 # A delivered or dead head lets its config's next delivery go.
 ENDED = frozenset({OutcomeState.DELIVERED, OutcomeState.DEAD})
 
@@ -320,8 +329,9 @@ def delivery_record_many(
                 error_class=result.error_class or "",
                 excerpt=result.body_excerpt[:2000],
                 detail=failure_detail(result),
+                outcome=ATTEMPT_OUTCOMES[outcome.state],
             )
-            for claim, result in results
+            for (claim, result), outcome in zip(results, outcomes, strict=True)
         ]
         notices = [pk for pk, _ in delivered if kinds[pk] == DeliveryKind.NOTICE]
         if notices:  # a rebind's notice: its config moves to the new binding now

@@ -62,11 +62,18 @@ def can(operation: str, state: str) -> bool:
     return state in TRANSITIONS.get(operation, {})
 
 
+def deadline_used(elapsed: float, total: float) -> float:
+    """How much of a drain's time is used: `elapsed` since its cutoff over its span to the
+    deadline (extensions included), 1.0 once the span is empty. The deadline alerts and the
+    metric `a2a_rebind_drain_deadline_ratio` read it."""
+    return elapsed / total if total > 0 else 1.0
+
+
 def alert_threshold(elapsed: float, total: float, already: int) -> int | None:
     """The deadline alert due now (50, 90 or 100 % of the drain's time used), if it is past
     one not alerted yet (`already`: the highest alerted so far, 0 for none)."""
     if total <= 0:
         return 100 if already < 100 else None
-    used = 100 * elapsed / total
+    used = 100 * deadline_used(elapsed, total)
     due = [t for t in (50, 90, 100) if used >= t and t > already]
     return due[-1] if due else None

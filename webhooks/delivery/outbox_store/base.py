@@ -85,6 +85,9 @@ class AttemptResult(NamedTuple):
     error_class: str
     excerpt: str
     detail: str = ""  # the failure in words (webhooks/delivery/transport.py's failure_detail)
+    # What recording it decided (webhooks.models.AttemptOutcome); a delivered attempt's row
+    # also gets its latency from the delivery's write (`DeliveryAttempt.latency_us`).
+    outcome: str = ""
 
 
 class OutboxStore(Protocol):

@@ -19,7 +19,14 @@ from webhooks.delivery.outbox_store.base import (
     OutboxEvent,
     Recorded,
 )
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState, PushBinding, PushConfig
+from webhooks.models import (
+    AttemptOutcome,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryState,
+    PushBinding,
+    PushConfig,
+)
 
 
 class OrmOutboxStore:
@@ -161,13 +168,25 @@ class OrmOutboxStore:
         delivered: list[tuple[int, int]],
         config_pks: list[int],
     ) -> set[int]:
+        # started_at - the delivery's created_at: how long the event waited for this try.
+        waited = {
+            pk: (started - created).total_seconds() * 1_000_000
+            for pk, started, created in DeliveryAttempt.objects.filter(
+                pk__in=[r.attempt_pk for r in results]
+            ).values_list("pk", "started_at", "delivery__created_at")
+        }
         for r in results:
+            latency = None
+            if r.outcome == AttemptOutcome.DELIVERED and r.attempt_pk in waited:
+                latency = round(waited[r.attempt_pk] + (r.duration_ms or 0) * 1000)
             DeliveryAttempt.objects.filter(pk=r.attempt_pk).update(
                 duration_ms=r.duration_ms,
                 status=r.status,
                 error_class=r.error_class,
                 response_excerpt=r.excerpt,
                 error_detail=r.detail[:300],
+                outcome=r.outcome,
+                latency_us=latency,
             )
         by_status: dict[int, list[int]] = collections.defaultdict(list)
         for pk, status in delivered:

@@ -26,6 +26,7 @@ from webhooks.delivery.outbox_store.base import (
 )
 from webhooks.models import (
     OPEN_DELIVERY_STATES,
+    AttemptOutcome,
     Delivery,
     DeliveryAttempt,
     DeliveryState,
@@ -187,6 +188,7 @@ def _claim_write_sql() -> str:
             "error_class": _default(DeliveryAttempt, "error_class"),
             "error_detail": _default(DeliveryAttempt, "error_detail"),
             "response_excerpt": _default(DeliveryAttempt, "response_excerpt"),
+            "outcome": _default(DeliveryAttempt, "outcome"),
         },
     )
     return f"""
@@ -229,11 +231,16 @@ def _record_write_sql() -> str:
 WITH tried AS (
     UPDATE {_table(DeliveryAttempt)} a
     SET duration_ms = u.duration_ms, status = u.status, error_class = u.error_class,
-        response_excerpt = u.excerpt, error_detail = u.detail
+        response_excerpt = u.excerpt, error_detail = u.detail, outcome = u.outcome,
+        latency_us = CASE WHEN u.outcome = {_literal(AttemptOutcome.DELIVERED)}
+            THEN round(EXTRACT(EPOCH FROM a.started_at - t.created_at) * 1000000
+                       + u.duration_ms * 1000) END
     FROM unnest(%(attempts)s::bigint[], %(durations)s::float8[], %(statuses)s::int[],
-                %(errors)s::text[], %(excerpts)s::text[], %(details)s::text[])
-         AS u(id, duration_ms, status, error_class, excerpt, detail)
-    WHERE a.id = u.id
+                %(errors)s::text[], %(excerpts)s::text[], %(details)s::text[],
+                %(outcomes)s::text[])
+         AS u(id, duration_ms, status, error_class, excerpt, detail, outcome),
+         {_table(Delivery)} t
+    WHERE a.id = u.id AND t.id = a.delivery_id
 ), delivered AS (
     UPDATE {_table(Delivery)} d
     SET state = {_literal(DeliveryState.DELIVERED)}, finished_at = %(now)s,
@@ -314,6 +321,7 @@ class PgOutboxStore:
                 "errors": [r.error_class for r in results],
                 "excerpts": [r.excerpt for r in results],
                 "details": [r.detail[:300] for r in results],
+                "outcomes": [r.outcome for r in results],
                 "now": now,
                 "delivered": [pk for pk, _ in delivered],
                 "delivered_statuses": [status for _, status in delivered],
