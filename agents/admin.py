@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline, SecretLookupsRefused
+from a2a_platform.lib.times import ConsoleTimes, when
 from agents import executor_spec, readiness
 from agents.card_signing import pretty
 from agents.models import Agent, ApiKey, CardVersion, Executor, SigningKey, SigningKeyState
@@ -92,7 +93,7 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class AgentAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("slug", "name", "executor", "auth_mode", "is_default", "enabled", "updated_at")
     list_filter = ("executor", "auth_mode", "enabled", "is_default")
     search_fields = ("slug", "name")
@@ -140,7 +141,7 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
             return "not served yet"
         context = {
             "etag": version.content_hash[:32],
-            "served": str(version.last_served_at),  # as before: not the admin's date format
+            "served": when(version.last_served_at),
             "card": pretty(version.card),
         }
         return render_to_string("admin/agents/agent/card_as_served.html", context)

@@ -11,6 +11,9 @@ in the card (new registrations are refused) instead of failing the card.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from a2a_platform.lib.checks import Check, check_database, check_migrations
+from a2a_platform.lib.checks import Check, check_broker, check_database, check_migrations
 from agents.executor_spec import HOSTED_PREFIX
 from agents.hub_state import process_hub_connected
 from agents.models import Agent, WebInstance, WorkerHeartbeat
@@ -261,6 +264,21 @@ def current(*, include_hub: bool = True) -> Readiness:
         readiness = compute(include_hub=include_hub)
         _state.cached = readiness
         return readiness
+
+
+def instance_name() -> str:
+    """This web process's name in its heartbeat row and on the dashboard: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def instance_readiness() -> Readiness:
+    """This instance's readiness as /readyz answers it: the gate (`current`) plus the
+    broker. The one computation /readyz, the web heartbeat row and the dashboard's readiness
+    block share (docs/decisions.md, "The operator console: the dashboard and /readyz"), so
+    none of them can call ready what another calls not ready. The card keeps the gate alone:
+    a broker outage does not withdraw a card that was served."""
+    state = current()
+    return dataclasses.replace(state, checks=[*state.checks, check_broker()])
 
 
 def web_instance_beat(*, name: str, started_at, state: Readiness) -> None:

@@ -6,6 +6,7 @@ from django.contrib import admin
 from a2a_platform.lib.admin import ReadOnlyAdmin
 from agents.models import OperatorAction
 from webhooks import services
+from webhooks.console.dashboard import target_text
 from webhooks.models import Alert
 
 
@@ -24,5 +25,13 @@ class AlertAdmin(ReadOnlyAdmin):
 
 @admin.register(OperatorAction)
 class OperatorActionAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "actor", "action", "target")
+    list_display = ("created_at", "actor", "action_shown", "target_shown")
     list_filter = ("action",)
+
+    @admin.display(description="action", ordering="action")
+    def action_shown(self, obj: OperatorAction) -> str:
+        return obj.action.replace("_", " ")
+
+    @admin.display(description="target")
+    def target_shown(self, obj: OperatorAction) -> str:
+        return target_text(obj.target) or "-"

@@ -1,0 +1,13 @@
+"""The console's template filters: `{% load console %}`, then `{{ value|when }}` (a datetime
+or an ISO string, a2a_platform/lib/times.py: the one time format)."""
+
+from django import template
+
+from a2a_platform.lib import times
+
+register = template.Library()
+
+
+@register.filter
+def when(value) -> str:
+    return times.when(value)
