@@ -100,6 +100,53 @@ class AgentAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     inlines = [SigningKeyInline, ApiKeyInline, CardVersionInline]
     form = AgentForm
     readonly_fields = ("key_rotation", "readiness_checks", "capabilities_now", "card_as_served")
+    # By purpose, not by name (every field AgentForm edits is in one: a test holds it).
+    fieldsets = (
+        ("Identity", {"fields": ("slug", "name", "description", "version", "executor")}),
+        (
+            "Switches",
+            {
+                "fields": (
+                    "enabled",
+                    "is_default",
+                    "push_notifications_enabled",
+                    "streaming_enabled",
+                    "anonymous_list_tasks",
+                    "strict_version_header",
+                )
+            },
+        ),
+        ("Authentication", {"fields": ("auth_mode",)}),
+        (
+            "Card",
+            {
+                "fields": (
+                    "provider_organization",
+                    "provider_url",
+                    "documentation_url",
+                    "skills",
+                    "default_input_modes",
+                    "default_output_modes",
+                    "extensions",
+                    "card_max_age",
+                    "card_as_served",
+                )
+            },
+        ),
+        (
+            "Push channels and rebinds",
+            {
+                "fields": (
+                    "push_rebind_policy",
+                    "push_rebind_deadline",
+                    "push_rebind_on_timeout",
+                    "push_rebind_min_overlap",
+                    "key_rotation",
+                )
+            },
+        ),
+        ("Now", {"fields": ("readiness_checks", "capabilities_now")}),
+    )
 
     @admin.display(description="signing key rotation")
     def key_rotation(self, obj):

@@ -72,6 +72,7 @@ class RebindAdmin(ReadOnlyAdmin):
         "on_old",
         "moved",
         "orphaned",
+        "scheduled_for",
         "deadline",
         "actor",
         "created_at",

@@ -33,6 +33,7 @@ from webhooks.models import (
     Endpoint,
     MoveState,
     Rebind,
+    RebindState,
 )
 from webhooks.selectors import endpoint_health
 
@@ -312,6 +313,7 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
                 "onOldVersion": on_old[r.pk],
                 "orphaned": by_state[MoveState.ORPHANED],
                 "deadline": _iso(r.deadline),
+                "startsAt": _iso(r.scheduled_for) if r.state == RebindState.SCHEDULED else None,
                 "deadlineInSeconds": _age(r.deadline, now) if r.deadline else None,
             }
         )

@@ -143,7 +143,7 @@
           td(rb.agent), td(rb.stateLabel), td(rb.policy),
           el("td", { "class": "c-progress" }, [el("progress", { max: "100", value: String(rb.percent) }), " ",
             el("span", { "class": "c-progress-text" }, [text])]),
-          td(rb.onOldVersion, "c-on-old"), el("td", { "class": "c-deadline" }, [when(rb.deadline)])]);
+          td(rb.onOldVersion, "c-on-old"), el("td", { "class": "c-deadline" }, rb.startsAt ? ["starts ", when(rb.startsAt)] : [when(rb.deadline)])]);
       }), "none", 7);
     }
   }
