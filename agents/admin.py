@@ -165,7 +165,9 @@ class AgentAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     @admin.display(description="readiness (this instance)")
     def readiness_checks(self, obj):
         state = readiness.current()
-        rows = [(c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks]
+        rows = [
+            (c.name.replace("_", " "), "ok" if c.ok else "FAILING", c.detail) for c in state.checks
+        ]
         if obj.pk is not None and obj.executor.startswith(executor_spec.HOSTED_PREFIX):
             why = state.agent_not_ready(obj)
             load = state.hosted.get(obj.executor)

@@ -157,3 +157,50 @@ def test_a_delivery_links_to_its_endpoint_task_and_back(store: Deliveries, page,
 
     page.goto("/admin/agents/agent/")
     assert_one_format(page)
+
+
+def page_text(page) -> str:
+    """What an operator reads on the page: payloads, headers and JSON as sent (<pre>), form
+    inputs and scripts left out."""
+    return page.evaluate(
+        """() => { const c = document.querySelector("#content").cloneNode(true);
+                   c.querySelectorAll("pre, script, textarea, select").forEach(p => p.remove());
+                   return c.textContent; }"""
+    )
+
+
+def test_operator_pages_read_in_words(store: Deliveries, page, artifacts):  # noqa: F811
+    """Every console page in words: no internal name (`cut_over`, `plan_cursor`,
+    `pause_endpoint`, `agents_worker`) and no time in another format."""
+    page.set_viewport_size(LAPTOP)
+    log_in(page)
+    page.goto(f"/admin/webhooks/endpoint/{orm(lambda: Endpoint.objects.get(origin=HOOKS).pk)}/")
+    page.click("#endpoint-pause")  # an operator action for the audit pages
+    lists = [
+        "/admin/",
+        "/admin/webhooks/delivery/",
+        "/admin/webhooks/endpoint/",
+        "/admin/webhooks/rebind/",
+        "/admin/webhooks/channelmove/",
+        "/admin/webhooks/pushconfig/",
+        "/admin/webhooks/alert/",
+        "/admin/agents/operatoraction/",
+        "/admin/tasks/task/",
+        "/admin/agents/agent/",
+    ]
+    for url in lists:
+        page.goto(url)
+        pages = [url]
+        first = page.locator("#result_list tbody tr th a").first
+        if url != "/admin/" and first.count():
+            pages.append(first.get_attribute("href"))
+        for shown in pages:
+            page.goto(shown)
+            page.wait_for_selector("#content")
+            text = page_text(page)
+            internal = re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", text)
+            assert not internal, (shown, sorted(set(internal)))
+            other_time = re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d\.\d+", text)
+            assert not other_time, (shown, other_time)
+            name = re.sub(r"[^a-z0-9]+", "-", shown.strip("/")) or "index"
+            page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)

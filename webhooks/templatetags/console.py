@@ -1,5 +1,6 @@
 """The console's template filters: `{% load console %}`, then `{{ value|when }}` (a datetime
-or an ISO string, a2a_platform/lib/times.py: the one time format)."""
+or an ISO string, a2a_platform/lib/times.py: the one time format) and `{{ name|words }}`
+(an internal name an operator reads: `agents_worker` as "agents worker")."""
 
 from django import template
 
@@ -11,3 +12,8 @@ register = template.Library()
 @register.filter
 def when(value) -> str:
     return times.when(value)
+
+
+@register.filter
+def words(value) -> str:
+    return str(value).replace("_", " ")

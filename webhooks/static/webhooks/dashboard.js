@@ -94,7 +94,7 @@
     setText("dash-instance", r.instance);
     fill("dash-checks", r.checks.map(function (c) {
       return el("tr", { "class": yesno(c.ok, "ok", "failing"), "data-check": c.name },
-        [td(c.name), td(yesno(c.ok, "ok", "FAILING"), "c-state"), td(c.detail, "c-detail")]);
+        [td(c.name.replace(/_/g, " ")), td(yesno(c.ok, "ok", "FAILING"), "c-state"), td(c.detail, "c-detail")]);
     }));
     fill("dash-web-instances", r.webInstances.map(function (w) {
       var why = Object.keys(w.failing).map(function (k) { return k + ": " + w.failing[k]; });
