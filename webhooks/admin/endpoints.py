@@ -107,10 +107,17 @@ class EndpointAdmin(ReadOnlyAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = dict(extra_context or {})
-        if self.has_operate_permission(request):
+        endpoint = self.get_object(request, object_id)
+        if endpoint is not None and self.has_operate_permission(request):
+            # Pause while it runs, resume while paused; a test send either way.
+            offered = [
+                "resume" if endpoint.paused_at is not None else "pause",
+                "send_test",
+            ]
             extra["endpoint_buttons"] = [
                 (reverse("admin:webhooks_endpoint_do", args=[object_id, name]), name, label)
                 for name, label in self.BUTTONS.items()
+                if name in offered
             ]
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
