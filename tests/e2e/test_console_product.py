@@ -167,6 +167,9 @@ def test_a_delivery_links_to_its_endpoint_task_and_back(store: Deliveries, page,
     assert_one_format(page)
     endpoint = page.locator(".field-endpoint_link a")
     assert endpoint.inner_text() == HOOKS
+    version = page.locator(".field-channel_version a")
+    assert version.inner_text() == "a.v1"
+    assert "/admin/webhooks/pushconfig/" in version.get_attribute("href")
     page.locator(".field-task a").click()
     page.wait_for_selector("#task-deliveries")
     assert page.url.endswith(f"/admin/tasks/task/{store.task_a}/change/")

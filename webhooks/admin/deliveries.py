@@ -155,7 +155,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "event_id",
         "task",
         "config",
-        "binding",
+        "channel_version",
         "endpoint_link",
         "rebind_link",
         "seq",
@@ -227,6 +227,15 @@ class DeliveryAdmin(ReadOnlyAdmin):
             obj.state,
             obj.get_state_display(),
             obj.kind,
+        )
+
+    @admin.display(description="channel version")
+    def channel_version(self, obj):
+        """The config version it was sent on, linking to the config's page (its versions)."""
+        binding = obj.binding
+        url = reverse("admin:webhooks_pushconfig_change", args=[binding.config_id])
+        return format_html(
+            '<a href="{}">{}.v{}</a>', url, binding.config.config_id, binding.version
         )
 
     @admin.display(description="endpoint")
