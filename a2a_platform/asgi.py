@@ -66,7 +66,7 @@ async def _heartbeat(name: str, started_at) -> None:
         try:
             await run_orm(
                 lambda: readiness.web_instance_beat(
-                    name=name, started_at=started_at, state=readiness.current()
+                    name=name, started_at=started_at, state=readiness.instance_readiness()
                 )
             )
             failing = False
@@ -79,12 +79,12 @@ async def _heartbeat(name: str, started_at) -> None:
 
 async def _lifespan(receive, send) -> None:
     import asyncio
-    import socket
 
     from django.utils import timezone
 
     from a2a_platform.lib.gc_freeze import freeze_startup_heap
     from a2a_platform.protocol import sse
+    from agents.readiness import instance_name
     from tasks.event_hub import get_hub
 
     heartbeat = flusher = None
@@ -103,7 +103,7 @@ async def _lifespan(receive, send) -> None:
                 sse.install_signal_hooks()
             with contextlib.suppress(ValueError):
                 _drain_on_sigterm()
-            name = f"{socket.gethostname()}:{os.getpid()}"
+            name = instance_name()
             heartbeat = asyncio.create_task(_heartbeat(name, timezone.now()))
             if settings.A2A_METRICS_ENABLED:
                 flusher = asyncio.create_task(

@@ -7,7 +7,6 @@ import logging
 
 from django.http import HttpRequest, JsonResponse
 
-from a2a_platform.lib.checks import check_broker
 from agents import readiness as gate
 from webhooks.models import Alert
 
@@ -33,13 +32,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """The same gate as the agent card (agents/readiness.py), plus the broker check."""
-    state = gate.current()
-    broker = check_broker()
-    ready = state.ready and broker.ok
+    """The same gate as the agent card plus the broker check (agents/readiness.py
+    instance_readiness, which the dashboard and the web heartbeat share)."""
+    state = gate.instance_readiness()
+    ready = state.ready
     body = state.as_json()
-    body["status"] = "ready" if ready else "not ready"
-    body["checks"]["broker"] = {"ok": broker.ok, "detail": broker.detail}
     # Open delivery alerts are for operators; they do not make the instance unready.
     body["alerts"] = open_alerts()
     response = JsonResponse(body, status=200 if ready else 503)

@@ -94,8 +94,7 @@ class PlatformCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
-        state = gate.current()
-        checks = gate.instance_checks(state)
+        checks = gate.instance_checks(gate.instance_readiness())
         with consistent_reads():
             agents = dict(Agent.objects.order_by("slug").values_list("pk", "slug"))
             tallies = counter_tallies()

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline, SecretLookupsRefused
+from a2a_platform.lib.times import ConsoleTimes, when
 from agents import executor_spec, readiness
 from agents.card_signing import pretty
 from agents.models import Agent, ApiKey, CardVersion, Executor, SigningKey, SigningKeyState
@@ -92,13 +93,60 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class AgentAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("slug", "name", "executor", "auth_mode", "is_default", "enabled", "updated_at")
     list_filter = ("executor", "auth_mode", "enabled", "is_default")
     search_fields = ("slug", "name")
     inlines = [SigningKeyInline, ApiKeyInline, CardVersionInline]
     form = AgentForm
     readonly_fields = ("key_rotation", "readiness_checks", "capabilities_now", "card_as_served")
+    # By purpose, not by name (every field AgentForm edits is in one: a test holds it).
+    fieldsets = (
+        ("Identity", {"fields": ("slug", "name", "description", "version", "executor")}),
+        (
+            "Switches",
+            {
+                "fields": (
+                    "enabled",
+                    "is_default",
+                    "push_notifications_enabled",
+                    "streaming_enabled",
+                    "anonymous_list_tasks",
+                    "strict_version_header",
+                )
+            },
+        ),
+        ("Authentication", {"fields": ("auth_mode",)}),
+        (
+            "Card",
+            {
+                "fields": (
+                    "provider_organization",
+                    "provider_url",
+                    "documentation_url",
+                    "skills",
+                    "default_input_modes",
+                    "default_output_modes",
+                    "extensions",
+                    "card_max_age",
+                    "card_as_served",
+                )
+            },
+        ),
+        (
+            "Push channels and rebinds",
+            {
+                "fields": (
+                    "push_rebind_policy",
+                    "push_rebind_deadline",
+                    "push_rebind_on_timeout",
+                    "push_rebind_min_overlap",
+                    "key_rotation",
+                )
+            },
+        ),
+        ("Now", {"fields": ("readiness_checks", "capabilities_now")}),
+    )
 
     @admin.display(description="signing key rotation")
     def key_rotation(self, obj):
@@ -117,7 +165,9 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
     @admin.display(description="readiness (this instance)")
     def readiness_checks(self, obj):
         state = readiness.current()
-        rows = [(c.name, "ok" if c.ok else "FAILING", c.detail) for c in state.checks]
+        rows = [
+            (c.name.replace("_", " "), "ok" if c.ok else "FAILING", c.detail) for c in state.checks
+        ]
         if obj.pk is not None and obj.executor.startswith(executor_spec.HOSTED_PREFIX):
             why = state.agent_not_ready(obj)
             load = state.hosted.get(obj.executor)
@@ -140,7 +190,7 @@ class AgentAdmin(SecretLookupsRefused, admin.ModelAdmin):
             return "not served yet"
         context = {
             "etag": version.content_hash[:32],
-            "served": str(version.last_served_at),  # as before: not the admin's date format
+            "served": when(version.last_served_at),
             "card": pretty(version.card),
         }
         return render_to_string("admin/agents/agent/card_as_served.html", context)

@@ -319,7 +319,7 @@ class OperatorAction(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.actor}: {self.action}"
+        return f"{self.actor}: {self.action.replace('_', ' ')}"
 
     @classmethod
     def record(cls, actor: str, action: str, target: dict) -> OperatorAction:

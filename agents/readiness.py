@@ -11,6 +11,9 @@ in the card (new registrations are refused) instead of failing the card.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -263,6 +266,21 @@ def current(*, include_hub: bool = True) -> Readiness:
         return readiness
 
 
+def instance_name() -> str:
+    """This web process's name in its heartbeat row and on the dashboard: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def instance_readiness() -> Readiness:
+    """This instance's readiness as /readyz answers it: the gate (`current`) plus the
+    broker. The one computation /readyz, the web heartbeat row and the dashboard's readiness
+    block share (docs/decisions.md, "The operator console: the dashboard and /readyz"), so
+    none of them can call ready what another calls not ready. The card keeps the gate alone:
+    a broker outage does not withdraw a card that was served."""
+    state = current()
+    return dataclasses.replace(state, checks=[*state.checks, check_broker()])
+
+
 def web_instance_beat(*, name: str, started_at, state: Readiness) -> None:
     """This web process's heartbeat for the dashboard: its readiness now (one upsert), and
     the rows of instances silent for A2A_WEB_INSTANCE_FORGET_SECONDS forgotten."""
@@ -372,9 +390,10 @@ def heartbeat(*, hostname: str, hosted: dict[str, str | None] | None = None) -> 
 
 def instance_checks(state: Readiness) -> list[Check]:
     """Every check an operator sees for this instance (the dashboard and the metrics'
-    `a2a_readiness`): the gate's, the broker's (which /readyz adds), and one per hosted
-    executor of an enabled agent (failing keeps only those agents' cards back)."""
-    checks = [*state.checks, check_broker()]
+    `a2a_readiness`), from `instance_readiness()`: its checks (the gate's and the broker's)
+    and one per hosted executor of an enabled agent (failing keeps only those agents' cards
+    back)."""
+    checks = list(state.checks)
     checks += [
         Check(f"hosted {spec}", load.ok, f"agents {', '.join(load.agents)}: {load.detail}")
         for spec, load in state.hosted.items()

@@ -1,27 +1,48 @@
 """Read-only views of the task store: tasks with their event timeline, history and artifacts."""
 
+import json
+
 from django.contrib import admin
+from django.utils.html import format_html
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline
 from tasks.models import Artifact, ExecutorDispatch, Message, Task, TaskEvent
 from tasks.selectors import task_orphaned_q
 
 
+def _json_block(value) -> str:
+    """A stored JSON value (an event's payload, a message's parts) indented, as sent."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
 class TaskEventInline(ReadOnlyInline):
     model = TaskEvent
-    fields = ("seq", "kind", "created_at", "payload")
+    fields = ("seq", "kind", "created_at", "payload_shown")
     ordering = ("seq",)
     verbose_name_plural = "event timeline"
+
+    @admin.display(description="payload")
+    def payload_shown(self, obj: TaskEvent) -> str:
+        return _json_block(obj.payload)
 
 
 class MessageInline(ReadOnlyInline):
     model = Message
-    fields = ("message_id", "role", "parts", "created_at")
+    fields = ("message_id", "role", "parts_shown", "created_at")
+
+    @admin.display(description="parts")
+    def parts_shown(self, obj: Message) -> str:
+        return _json_block(obj.parts)
 
 
 class ArtifactInline(ReadOnlyInline):
     model = Artifact
-    fields = ("artifact_id", "name", "chunks", "complete", "parts")
+    fields = ("artifact_id", "name", "chunks", "complete", "parts_shown")
+
+    @admin.display(description="parts")
+    def parts_shown(self, obj: Artifact) -> str:
+        return _json_block(obj.parts)
 
 
 class DispatchInline(ReadOnlyInline):

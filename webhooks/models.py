@@ -253,7 +253,7 @@ class Alert(models.Model):
         ordering = ["-last_seen_at"]
 
     def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
+        return f"{self.get_kind_display()}: {self.message}"
 
 
 class RebindState(models.TextChoices):

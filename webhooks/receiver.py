@@ -87,6 +87,11 @@ JwksFetcher = Callable[[str], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
 
 
+# The console's test event (webhooks/console/endpoint_probe.py) carries its marker under
+# this key of its status update's metadata, and goes with `X-A2A-Event-Kind: test`.
+TEST_EVENT_URI = "urn:a2a-platform:ext:test-event:v1"
+
+
 class VerificationError(Exception):
     """A delivery failed verification. `reason` is one of: headers, stale, signature, jwt,
     token, payload, jwks, channel. Answer the sender with a 4xx (401 for signature/jwt/token,
@@ -108,6 +113,16 @@ class VerifiedDelivery:
     payload: dict[str, Any] = field(compare=False)
     key_id: str | None = None  # kid of the key whose signature verified
     jwt_claims: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def is_test(self) -> bool:
+        """An operator's test send from the console (docs/webhooks-receiving.md, "Test
+        events"): signed as any delivery, about no task (a task id of its own, never sent
+        again), its marker under TEST_EVENT_URI in the signed body. Answer it 2xx and apply
+        nothing."""
+        update = self.payload.get("statusUpdate")
+        metadata = update.get("metadata") if isinstance(update, Mapping) else None
+        return isinstance(metadata, Mapping) and TEST_EVENT_URI in metadata
 
 
 @dataclass(frozen=True)
@@ -482,7 +497,8 @@ class WebhookVerifier:
             key_id=key_id,
             jwt_claims=claims,
         )
-        if channels is not None:
+        # A test event is about no task: no channel of any task is learnt from it.
+        if channels is not None and not delivery.is_test:
             offered = tuple(h.get(HEADER_KEY_IDS, "").split())
             channels._admit(self, delivery, key, offered)
         return delivery

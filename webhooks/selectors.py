@@ -624,10 +624,6 @@ ENDPOINT_TROUBLES = {
 }
 
 
-def troubled_endpoints() -> QuerySet[Endpoint]:
-    return Endpoint.objects.filter(ENDPOINT_TROUBLES["breaker"] | ENDPOINT_TROUBLES["paused"])
-
-
 def troubled_endpoints_per_agent() -> dict[tuple[int, str], int]:
     """(agent pk, reason) -> how many distinct troubled endpoints the agent's push configs
     (not deleted) have a binding to. One grouped query per reason, starting from the

@@ -12,6 +12,7 @@ from django.utils import timezone
 from a2a_platform.api.models import ApiToken
 from a2a_platform.api.services import TokenRefused, api_token_create, api_token_revoke
 from a2a_platform.lib.admin import SecretLookupsRefused
+from a2a_platform.lib.times import ConsoleTimes
 
 
 class TokenAddForm(forms.ModelForm):
@@ -33,7 +34,7 @@ class TokenAddForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class ApiTokenAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     list_display = ("name", "prefix", "scope", "user", "created_at", "last_used_at", "state")
     list_filter = ("scope",)
     list_select_related = ("user",)

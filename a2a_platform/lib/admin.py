@@ -1,12 +1,16 @@
-"""The operator console's two shared rules, for every app's admin: rows that change through
-the services only are shown read-only (`ReadOnlyAdmin`, `ReadOnlyInline`), and no page
-filters by a stored secret (`SecretLookupsRefused`, the one guard every ModelAdmin mixes in).
+"""The operator console's shared rules, for every app's admin: rows that change through
+the services only are shown read-only (`ReadOnlyAdmin`, `ReadOnlyInline`), no page filters
+by a stored secret (`SecretLookupsRefused`, the one guard every ModelAdmin mixes in), and
+every time reads the same (`ConsoleTimes`, mixed into both read-only bases and the editable
+admins: a2a_platform/lib/times.py).
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
+
+from a2a_platform.lib.times import ConsoleTimes
 
 # Every stored secret of the platform (digests of API keys and tokens, encrypted private
 # keys, webhook tokens and credentials, a rebind's new ones). No admin page renders,
@@ -36,7 +40,7 @@ class SecretLookupsRefused:
         return super().lookup_allowed(lookup, value, request)
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(ConsoleTimes, admin.TabularInline):
     """Related rows shown on their parent's page, never added, changed or deleted there."""
 
     extra = 0
@@ -51,10 +55,10 @@ class ReadOnlyInline(admin.TabularInline):
     def get_readonly_fields(self, request, obj=None):
         # Every shown field is read-only; without this the inline's form is built with a
         # non-editable field (`created_at`) and the parent's page fails with a FieldError.
-        return self.fields
+        return self._timed(self.fields)
 
 
-class ReadOnlyAdmin(SecretLookupsRefused, admin.ModelAdmin):
+class ReadOnlyAdmin(ConsoleTimes, SecretLookupsRefused, admin.ModelAdmin):
     """Rows change through the services only: no add, change or delete form for anyone.
 
     Operator actions that write are allowed by the model's change permission, checked by

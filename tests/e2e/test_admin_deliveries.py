@@ -254,7 +254,7 @@ def test_admin_replays_one_dead_letter_then_many_delivered_with_audit(deliveries
     assert listed(page) == {d.a_snapshot, d.a_status, d.b_snapshot, d.c_snapshot}
 
     page.goto("/admin/agents/operatoraction/")
-    audit_rows = page.locator("#result_list tbody tr", has_text="replay_deliveries")
+    audit_rows = page.locator("#result_list tbody tr", has_text="replay deliveries")
     assert audit_rows.count() == 2
     assert d.a_status in page.locator("#result_list").inner_text()
 

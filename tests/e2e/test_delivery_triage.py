@@ -25,17 +25,19 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 
+from agents import signing
 from agents.models import OperatorAction
 from agents.signing import live_private_keys
+from tasks.models import Task
 from tests.deliveries import delivery_claim_head, delivery_record
 from tests.e2e.test_admin import PASSWORD, log_in
 from tests.e2e.test_admin import page as page  # noqa: F401 (the browser fixture)
 from tests.e2e.test_admin_deliveries import orm
 from tests.factories import AgentFactory, task_create, user_message
 from tests.integration.webhooks.test_transport import Receiver
-from webhooks.console.endpoint_probe import TEST_EVENT_URI
 from webhooks.delivery.transport import post
 from webhooks.models import Delivery, DeliveryState
+from webhooks.receiver import TEST_EVENT_URI, ChannelTrust, WebhookVerifier
 from webhooks.services import endpoint_pause, push_config_create
 
 DELIVERIES = "/admin/webhooks/delivery/"
@@ -147,9 +149,14 @@ def test_triage_the_deliveries_list_and_a_delivery_page(scene, page, artifacts):
     ids = page.locator("#result_list tbody th.field-event_id").all_inner_texts()
     assert ids == [scene.paused, scene.delivered, scene.failed, scene.refused]  # newest first
     created = page.locator("#result_list tbody td.field-created").all_inner_texts()
-    exact = r"\d{4}-\d\d-\d\d\s\d\d:\d\d:\d\d\.\d{3} UTC"
-    assert all(re.fullmatch(exact, t) for t in created), created
-    assert created == sorted(created, reverse=True)
+    # The console's one time format: UTC to the second, a relative hint, no microseconds.
+    one_format = r"\d\d:\d\d:\d\d UTC · \d+ (s|min|h|d) ago"
+    assert all(re.fullmatch(one_format, t) for t in created), created
+    instants = page.locator("#result_list tbody td.field-created time").evaluate_all(
+        "nodes => nodes.map(n => n.getAttribute('datetime'))"
+    )
+    assert len(instants) == len(created)
+    assert instants == sorted(instants, reverse=True)
 
     assert cell(page, scene.refused, "last_failure").startswith("connection refused (")
     assert cell(page, scene.failed, "last_failure") == (
@@ -213,7 +220,7 @@ def test_triage_retry_now_and_a_replay_that_says_why(scene, page, artifacts):  #
 
     rows, audit = orm(read)
     assert rows[scene.refused].next_attempt_at <= rows[scene.failed].next_attempt_at
-    assert next_try.endswith(" UTC")
+    assert " UTC · " in next_try
     assert rows[scene.failed].state == DeliveryState.PENDING  # the replay changed nothing
     assert ("retry_deliveries_now", {"deliveries": [scene.refused]}) in audit
 
@@ -256,6 +263,16 @@ def test_triage_endpoint_health_and_a_signed_test_send(scene, page, receiver, ar
     assert headers["x-a2a-notification-token"] == "tok-never-shown"
     event = json.loads(got.body)
     assert event["statusUpdate"]["metadata"][TEST_EVENT_URI]["sentBy"] == "admin"
+    # A test, not a real task's update: a task id of its own (the header's too), no state.
+    test_task = event["statusUpdate"]["taskId"]
+    assert not orm(lambda: Task.objects.filter(pk=test_task).exists())
+    assert headers["x-a2a-task-id"] == test_task
+    assert event["statusUpdate"]["status"]["state"] == "TASK_STATE_UNSPECIFIED"
+    # The strict receiver accepts it and reports it as a test; a real update is not one.
+    verifier = WebhookVerifier(jwks=orm(lambda: signing.jwks(_agent(scene))))
+    verified = verifier.verify(dict(got.headers), got.body, channels=ChannelTrust())
+    assert verified.is_test
+    assert verified.task_id == test_task
     # Signed as deliveries are (Standard Webhooks v1a, Ed25519 over id.timestamp.body) with
     # the agent's live key; checked with the public key alone.
     public = orm(lambda: [k.public_key() for _, k in live_private_keys(_agent(scene))])

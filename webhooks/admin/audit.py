@@ -6,6 +6,8 @@ from django.contrib import admin
 from a2a_platform.lib.admin import ReadOnlyAdmin
 from agents.models import OperatorAction
 from webhooks import services
+from webhooks.admin.display import pretty
+from webhooks.console.dashboard import target_text
 from webhooks.models import Alert
 
 
@@ -22,7 +24,37 @@ class AlertAdmin(ReadOnlyAdmin):
         self.message_user(request, "resolved")
 
 
+class ActionFilter(admin.SimpleListFilter):
+    """Operator actions by kind, named in words ("pause endpoint", not `pause_endpoint`)."""
+
+    title = "action"
+    parameter_name = "action"
+
+    def lookups(self, request, model_admin):
+        names = OperatorAction.objects.values_list("action", flat=True).distinct()
+        return [(name, name.replace("_", " ")) for name in sorted(names)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(action=self.value()) if self.value() else queryset
+
+
 @admin.register(OperatorAction)
 class OperatorActionAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "actor", "action", "target")
-    list_filter = ("action",)
+    list_display = ("created_at", "actor", "action_shown", "target_shown")
+    list_filter = (ActionFilter,)
+    fields = readonly_fields = ("created_at", "actor", "action_shown", "target_shown", "detail")
+
+    class Media:
+        css = {"all": ["webhooks/console.css"]}
+
+    @admin.display(description="detail")
+    def detail(self, obj: OperatorAction) -> str:
+        return pretty(obj.target)
+
+    @admin.display(description="action", ordering="action")
+    def action_shown(self, obj: OperatorAction) -> str:
+        return obj.action.replace("_", " ")
+
+    @admin.display(description="target")
+    def target_shown(self, obj: OperatorAction) -> str:
+        return target_text(obj.target) or "-"

@@ -4,16 +4,24 @@ failure in words), filtered by task or a paused endpoint; replay and retry now."
 import uuid
 
 from django.contrib import admin, messages
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, Subquery
+from django.urls import reverse
 from django.utils.html import format_html
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline
-from webhooks.admin.display import exact_time, exact_time_cell, pretty, skipped_text
+from a2a_platform.lib.times import when, when_text
+from webhooks.admin.display import pretty, skipped_text
 from webhooks.console import delivery_actions
 from webhooks.console.endpoint_probe import url_shown
 from webhooks.delivery import retry_policy
 from webhooks.delivery.claim_record import retry_schedule
-from webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryAttempt, DeliveryState
+from webhooks.models import (
+    OPEN_DELIVERY_STATES,
+    ChannelMove,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryState,
+)
 
 
 def tries_per_run() -> int:
@@ -61,7 +69,7 @@ class AttemptInline(ReadOnlyInline):
 
     @admin.display(description="started")
     def started(self, obj: DeliveryAttempt) -> str:
-        return exact_time(obj.started_at)
+        return when(obj.started_at)
 
     @admin.display(description="status or error")
     def result(self, obj: DeliveryAttempt) -> str:
@@ -147,7 +155,9 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "event_id",
         "task",
         "config",
-        "binding",
+        "channel_version",
+        "endpoint_link",
+        "rebind_link",
         "seq",
         "state_shown",
         "attempt_of",
@@ -187,7 +197,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="created", ordering="id")
     def created(self, obj):
-        return exact_time_cell(obj.created_at)
+        return when(obj.created_at)
 
     @admin.display(description="agent / task", ordering="task__agent__slug")
     def task_link(self, obj):
@@ -207,7 +217,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
             return format_html(
                 '<span class="a2a-chip a2a-paused" title="{}">paused</span> {}'
                 "<br><small>{}</small>",
-                f"{endpoint.origin} paused at {exact_time(endpoint.paused_at)}: "
+                f"{endpoint.origin} paused at {when_text(endpoint.paused_at)}: "
                 f"{endpoint.paused_reason}",
                 obj.get_state_display(),
                 obj.kind,
@@ -219,17 +229,47 @@ class DeliveryAdmin(ReadOnlyAdmin):
             obj.kind,
         )
 
+    @admin.display(description="channel version")
+    def channel_version(self, obj):
+        """The config version it was sent on, linking to the config's page (its versions)."""
+        binding = obj.binding
+        url = reverse("admin:webhooks_pushconfig_change", args=[binding.config_id])
+        return format_html(
+            '<a href="{}">{}.v{}</a>', url, binding.config.config_id, binding.version
+        )
+
+    @admin.display(description="endpoint")
+    def endpoint_link(self, obj):
+        endpoint = obj.binding.endpoint
+        url = reverse("admin:webhooks_endpoint_change", args=[endpoint.pk])
+        return format_html('<a href="{}">{}</a>', url, endpoint.origin)
+
+    @admin.display(description="rebind")
+    def rebind_link(self, obj):
+        """The rebind this delivery belongs to: the one whose notice it is, or whose new
+        channel version it was sent on."""
+        rebind_id = (
+            ChannelMove.objects.filter(Q(notice=obj) | Q(new_binding=obj.binding_id))
+            .order_by("-id")
+            .values_list("rebind_id", flat=True)
+            .first()
+        )
+        if rebind_id is None:
+            return "-"
+        url = reverse("admin:webhooks_rebind_change", args=[rebind_id])
+        return format_html('<a href="{}">{}…</a>', url, str(rebind_id)[:8])
+
     @admin.display(description="attempt")
     def attempt_of(self, obj):
         return f"{obj.attempts} of {tries_per_run()}"
 
     @admin.display(description="created")
     def created_exact(self, obj):
-        return exact_time(obj.created_at)
+        return when(obj.created_at)
 
     @admin.display(description="finished")
     def finished_exact(self, obj):
-        return exact_time(obj.finished_at)
+        return when(obj.finished_at)
 
     @admin.display(description="next try", ordering="next_attempt_at")
     def next_try(self, obj):
@@ -237,7 +277,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
             return "-"
         if obj.binding.endpoint.paused_at is not None:
             return "waiting (endpoint paused)"
-        return exact_time_cell(obj.next_attempt_at)
+        return when(obj.next_attempt_at)
 
     @admin.display(description="last failure")
     def last_failure(self, obj):

@@ -1,17 +1,21 @@
 """Receivers by origin: pause and resume, each one's health (failure streak, the last
-hour's success rate and latency, what it owes) and a signed test send."""
+hour's success rate and latency, what it owes) and a signed test send, as list actions and
+as buttons on the endpoint's page, which also lists its newest deliveries."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.loader import render_to_string
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from a2a_platform.lib.admin import ReadOnlyAdmin
+from a2a_platform.lib.times import when
 from webhooks import services
-from webhooks.admin.display import exact_time
 from webhooks.console.endpoint_probe import TestSendRefused, endpoint_send_test
-from webhooks.models import Endpoint
+from webhooks.models import Delivery, Endpoint
 from webhooks.selectors import endpoint_health
 
 
@@ -46,6 +50,8 @@ def _latency(health: dict) -> str:
 
 # A test send waits for the receiver (up to the delivery timeout): a few per click.
 MAX_TEST_SENDS = 5
+# The endpoint's page lists its newest deliveries; the rest are one link away.
+PAGE_DELIVERIES = 10
 
 
 @admin.register(Endpoint)
@@ -65,14 +71,70 @@ class EndpointAdmin(ReadOnlyAdmin):
     )
     list_filter = ("paused_at",)
     search_fields = ("origin",)
-    readonly_fields = ("health_shown",)
+    fields = readonly_fields = (
+        "origin",
+        "state_shown",
+        "health_shown",
+        "consecutive_failures",
+        "paused_at",
+        "paused_reason",
+        "last_success_at",
+        "last_failure_at",
+        "deliveries_shown",
+    )
     actions = ["pause", "resume", "send_test"]
+    # Pause, resume and test-send buttons above the page (outside its read-only form).
+    change_form_template = "admin/webhooks/endpoint/change_form.html"
+    # The page's buttons: URL name -> (the list action it runs, its label).
+    BUTTONS = {
+        "pause": "Pause (deliveries wait)",
+        "resume": "Resume (deliver what waited)",
+        "send_test": "Send a signed test event",
+    }
 
     class Media:
         css = {"all": ["webhooks/console.css"]}
 
     def get_changelist(self, request, **kwargs):
         return EndpointChangeList
+
+    def get_urls(self):
+        button = self.admin_site.admin_view(self.button_view)
+        return [
+            path("<path:object_id>/do/<str:action>/", button, name="webhooks_endpoint_do"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = dict(extra_context or {})
+        endpoint = self.get_object(request, object_id)
+        if endpoint is not None and self.has_operate_permission(request):
+            # Pause while it runs, resume while paused; a test send either way.
+            offered = [
+                "resume" if endpoint.paused_at is not None else "pause",
+                "send_test",
+            ]
+            extra["endpoint_buttons"] = [
+                (reverse("admin:webhooks_endpoint_do", args=[object_id, name]), name, label)
+                for name, label in self.BUTTONS.items()
+                if name in offered
+            ]
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def button_view(self, request, object_id, action: str):
+        """A button on the endpoint's page: the list action of the same name on this one
+        endpoint (the same services, audit and messages), then back to the page."""
+        if action not in self.BUTTONS:
+            raise Http404("no such endpoint action")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        endpoint = self.get_object(request, object_id)
+        if endpoint is None:
+            raise Http404("no such endpoint")
+        getattr(self, action)(request, Endpoint.objects.filter(pk=endpoint.pk))
+        return HttpResponseRedirect(reverse("admin:webhooks_endpoint_change", args=[endpoint.pk]))
 
     def _health(self, obj: Endpoint) -> dict:
         health = getattr(obj, "health", None)
@@ -105,11 +167,11 @@ class EndpointAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last success", ordering="last_success_at")
     def last_success(self, obj: Endpoint) -> str:
-        return exact_time(obj.last_success_at)
+        return when(obj.last_success_at)
 
     @admin.display(description="last failure", ordering="last_failure_at")
     def last_failure(self, obj: Endpoint) -> str:
-        return exact_time(obj.last_failure_at)
+        return when(obj.last_failure_at)
 
     @admin.display(description="health")
     def health_shown(self, obj: Endpoint):
@@ -118,9 +180,25 @@ class EndpointAdmin(ReadOnlyAdmin):
             "rate": _rate(h),
             "latency": _latency(h),
             "owes": self.owed(obj),
-            "since": exact_time(h["failingSince"]) if h["failingSince"] else "-",
+            "since": when(h["failingSince"]) if h["failingSince"] else "-",
         }
         return render_to_string("admin/webhooks/endpoint/health.html", context)
+
+    @admin.display(description="deliveries (newest first)")
+    def deliveries_shown(self, obj: Endpoint):
+        rows = list(
+            Delivery.objects.filter(binding__endpoint=obj)
+            .select_related("task__agent", "binding__config")
+            .order_by("-id")[:PAGE_DELIVERIES]
+        )
+        context = {
+            "rows": rows,
+            "delivery_url": reverse("admin:webhooks_delivery_changelist"),
+            "all_url": reverse("admin:webhooks_delivery_changelist")
+            + f"?binding__endpoint__id__exact={obj.pk}",
+            "task_url": reverse("admin:tasks_task_changelist"),
+        }
+        return render_to_string("admin/webhooks/endpoint/deliveries.html", context)
 
     @admin.action(description="Pause (deliveries wait)", permissions=["operate"])
     def pause(self, request, queryset):

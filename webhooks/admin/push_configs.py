@@ -3,13 +3,15 @@ the task's push channel history: versions, rebind moves and channel notices."""
 
 from django.contrib import admin
 from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.html import format_html
 
 from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline
+from a2a_platform.lib.times import when
 from tasks.admin import TaskAdmin
 from tasks.models import Task
-from webhooks.admin.display import exact_time
 from webhooks.console.endpoint_probe import url_shown
-from webhooks.models import DeliveryState, MoveState, PushBinding, PushConfig
+from webhooks.models import Delivery, DeliveryState, MoveState, PushBinding, PushConfig
 from webhooks.rebinds import console as rebind_console
 from webhooks.selectors import binding_secrets_masked, binding_status, task_channel_history
 
@@ -62,7 +64,15 @@ class TaskChannelsAdmin(TaskAdmin):
     """tasks/admin.py's task page with the task's push channel history (the webhooks app sits
     above tasks, so it extends the task admin rather than tasks importing webhooks)."""
 
-    readonly_fields = ("channel_history",)
+    readonly_fields = ("deliveries", "channel_history")
+
+    @admin.display(description="webhook deliveries")
+    def deliveries(self, obj):
+        count = Delivery.objects.filter(task=obj).count()
+        url = reverse("admin:webhooks_delivery_changelist") + f"?task={obj.pk}"
+        return format_html(
+            '<a href="{}" id="task-deliveries">{} deliveries of this task</a>', url, count
+        )
 
     @admin.display(description="push channel history")
     def channel_history(self, obj):
@@ -77,9 +87,9 @@ class TaskChannelsAdmin(TaskAdmin):
                 "status": v["status"],
                 "url": url_shown(v["url"]),
                 "token": "token set" if v["token"] else "no token",
-                "made": exact_time(v["createdAt"]),
-                "activated": exact_time(v["activatedAt"]),
-                "retired": exact_time(v["retiredAt"]),
+                "made": when(v["createdAt"]),
+                "activated": when(v["activatedAt"]),
+                "retired": when(v["retiredAt"]),
             }
             for v in history["versions"]
         ]
@@ -106,8 +116,8 @@ class TaskChannelsAdmin(TaskAdmin):
                     "stuck": stuck,
                     "said": rebind_console.answer_text(answers.get(m["notice"])) if stuck else "",
                     "notice": m["notice"] or "-",
-                    "made": exact_time(m["createdAt"]),
-                    "finished": exact_time(m["finishedAt"]),
+                    "made": when(m["createdAt"]),
+                    "finished": when(m["finishedAt"]),
                 }
             )
         notices = [
@@ -122,7 +132,7 @@ class TaskChannelsAdmin(TaskAdmin):
                 "attempts": n["attempts"],
                 "answer": rebind_console.answer_text(answers.get(n["id"])) or "-",
                 "last_error": n["lastError"] or "-",
-                "made": exact_time(n["createdAt"]),
+                "made": when(n["createdAt"]),
             }
             for n in history["notices"]
         ]

@@ -13,9 +13,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from a2a_platform.lib.admin import SECRET_FIELDS, ReadOnlyAdmin
+from a2a_platform.lib.times import when_text
 from agents.models import SigningKey
 from agents.signing import SigningKeyError
-from webhooks.admin.display import exact_time, skipped_text
+from webhooks.admin.display import skipped_text
 from webhooks.console import delivery_actions, key_actions
 from webhooks.errors import RebindConflict, RebindInvalid, WebhookError
 from webhooks.models import ChannelMove, DeliveryState, MoveState, Rebind
@@ -71,6 +72,7 @@ class RebindAdmin(ReadOnlyAdmin):
         "on_old",
         "moved",
         "orphaned",
+        "scheduled_for",
         "deadline",
         "actor",
         "created_at",
@@ -211,7 +213,7 @@ class RebindAdmin(ReadOnlyAdmin):
             return rebind_console.state_label(done.state)
         if plan.action == "extend":
             done = rebinds.rebind_extend(rebind.pk, seconds=plan.seconds, actor=actor)
-            return f"deadline extended by {plan.minutes} min, to {exact_time(done.deadline)}"
+            return f"deadline extended by {plan.minutes} min, to {when_text(done.deadline)}"
         rebinds.rebind_abort(rebind.pk, actor=actor, reason=plan.reason)
         return "aborted"
 

@@ -1,5 +1,5 @@
-"""Open alerts for admin pages, and the dashboard for the admin index (only computed on
-admin pages, for staff)."""
+"""Open alerts for admin pages, and the dashboard with the operators' recent actions for the
+admin index (only computed on admin pages, for staff)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ def open_alerts(request) -> dict:
     except NoReverseMatch:  # a URLconf without the dashboard (some tests route their own)
         return context
     if request.path == index:
+        from webhooks.console.dashboard import recent_actions
         from webhooks.console.views import dashboard_for
 
         context["dashboard"] = dashboard_for(request)
         context["dashboard_url"] = poll
+        context["recent_operator_actions"] = recent_actions(request.user)
     return context

@@ -11,28 +11,27 @@ the data, not zeroed, so the page says "not shown" rather than "nothing is wrong
 
 from __future__ import annotations
 
-import os
-import socket
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from agents import readiness as gate
-from agents.models import Agent, WebInstance
-from webhooks.models import Alert, DeliveryAttempt
+from agents.models import Agent, OperatorAction, WebInstance
+from webhooks.models import Alert, DeliveryAttempt, Endpoint, RebindState
 from webhooks.selectors import (
     ENDPOINT_TROUBLES,
     delivery_backlog,
+    endpoint_health,
     open_rebinds_progress,
-    troubled_endpoints,
 )
 
 MINUTES = 60  # the per-minute chart's window
 NEWEST_ALERTS = 5
+RECENT_ACTIONS = 10
 ENDPOINT_ROWS = 20
 
 # Section -> the model permission (app_label.view_<model>) that shows it. Readiness and the
@@ -67,13 +66,19 @@ def _age(now: datetime, value: datetime | None) -> float | None:
     return round((now - value).total_seconds(), 1) if value else None
 
 
-def _web_instances(now: datetime) -> list[dict[str, Any]]:
+def _web_instances(now: datetime, state: gate.Readiness) -> list[dict[str, Any]]:
     """Every web process's last heartbeat (agents.WebInstance): its readiness when it last
-    wrote, and whether it still writes (live: within three heartbeat intervals)."""
+    wrote, and whether it still writes (live: within three heartbeat intervals). The row of
+    the instance answering shows its readiness now, the state the block above it shows (its
+    stored row may be a beat behind: a worker that registered since would read "no worker
+    consumes `agents`" beside "ready")."""
     stale_after = 3 * settings.A2A_WEB_HEARTBEAT_SECONDS
-    return [
-        {
+    me = gate.instance_name()
+    rows = []
+    for w in WebInstance.objects.order_by("name"):
+        row = {
             "name": w.name,
+            "thisInstance": w.name == me,
             "beatAgeSeconds": _age(now, w.beat_at),
             "live": (now - w.beat_at).total_seconds() <= stale_after,
             "ready": w.ready,
@@ -81,15 +86,19 @@ def _web_instances(now: datetime) -> list[dict[str, Any]]:
             "failing": w.failing,
             "startedAt": _iso(w.started_at),
         }
-        for w in WebInstance.objects.order_by("name")
-    ]
+        if row["thisInstance"]:
+            row.update(live=True, ready=state.ready, draining=state.draining)
+            row["failing"] = state.failing()
+        rows.append(row)
+    return rows
 
 
 def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
-    """This instance's gate (what /readyz answers, broker included), every web instance's
-    last readiness and every worker's heartbeat with its age: the workers are the other
-    instances the gate depends on."""
-    state = gate.current()
+    """This instance's readiness (what /readyz answers: agents/readiness.py
+    instance_readiness, broker included), every web instance's last readiness and every
+    worker's heartbeat with its age: the workers are the other instances the gate depends
+    on."""
+    state = gate.instance_readiness()
     checks = gate.instance_checks(state)
     fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
     workers = [
@@ -106,14 +115,14 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
         for w, live in gate.worker_liveness(now)
     ]
     return {
-        "instance": f"{socket.gethostname()}:{os.getpid()}",
-        "ready": state.ready and all(c.ok for c in checks if c.name == "broker"),
+        "instance": gate.instance_name(),
+        "ready": state.ready,
         "draining": state.draining,
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
         "workers": workers,
-        "webInstances": _web_instances(now),
+        "webInstances": _web_instances(now, state),
         "heartbeatFreshSeconds": fresh,
-    }, state
+    }, gate.current()  # the cards' gate: a broker outage does not withdraw a served card
 
 
 def _delivery_figures(agent_pks: list[int], now: datetime) -> dict[int, dict[str, Any]]:
@@ -178,24 +187,36 @@ def _window_start(now: datetime) -> datetime:
 
 
 def _endpoints() -> dict[str, Any]:
-    troubled = troubled_endpoints()
-    counts = troubled.aggregate(
+    """Every endpoint up to ENDPOINT_ROWS, the troubled first (failing by streak, then
+    paused), each with its last hour's success rate and latency (selectors.endpoint_health,
+    the endpoints page's figures): a healthy endpoint is listed with its rate, so "nothing
+    failing" reads as a list of working receivers rather than "none"."""
+    counts = Endpoint.objects.aggregate(
+        total=Count("id"),
         failing=Count("id", filter=ENDPOINT_TROUBLES["breaker"]),
         paused=Count("id", filter=ENDPOINT_TROUBLES["paused"]),
     )
-    rows = troubled.order_by("-consecutive_failures", "origin")[:ENDPOINT_ROWS]
+    rows = list(
+        Endpoint.objects.order_by(
+            "-consecutive_failures", F("paused_at").desc(nulls_last=True), "origin"
+        )[:ENDPOINT_ROWS]
+    )
+    health = endpoint_health(rows)
     return {
+        "total": counts["total"],
         "failing": counts["failing"],
         "paused": counts["paused"],
         "rows": [
             {
                 "id": e.pk,
                 "origin": e.origin,
+                "state": "paused" if e.paused_at else "failing" if e.consecutive_failures else "ok",
                 "consecutiveFailures": e.consecutive_failures,
                 "pausedAt": _iso(e.paused_at),
                 "pausedReason": e.paused_reason,
                 "lastFailureAt": _iso(e.last_failure_at),
                 "lastSuccessAt": _iso(e.last_success_at),
+                "lastHour": health[e.pk]["lastHour"],
             }
             for e in rows
         ],
@@ -232,6 +253,7 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
                 "id": str(r.pk),
                 "agent": r.agent.slug,
                 "state": r.state,
+                "stateLabel": r.get_state_display(),
                 "policy": r.policy,
                 "plannedMoves": planned,
                 "planningDone": r.moves_planned,
@@ -241,6 +263,7 @@ def _rebinds(now: datetime) -> list[dict[str, Any]]:
                 "onOldVersion": p.on_old,
                 "orphaned": p.orphaned,
                 "deadline": _iso(r.deadline),
+                "startsAt": _iso(r.scheduled_for) if r.state == RebindState.SCHEDULED else None,
                 "deadlineInSeconds": _age(r.deadline, now) if r.deadline else None,
             }
         )
@@ -268,6 +291,7 @@ def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
     for agent in agents:
         caps = gate.capabilities(agent, state)
         row: dict[str, Any] = {
+            "id": agent.pk,
             "slug": agent.slug,
             "name": agent.name,
             "enabled": agent.enabled,
@@ -301,3 +325,34 @@ def dashboard_data(*, sections: frozenset[str] = SECTIONS) -> dict[str, Any]:
     if "rebinds" in sections:
         data["rebinds"] = _rebinds(now)
     return data
+
+
+def target_text(target: dict) -> str:
+    """An audit row's target in words: "endpoint 3", "2 deliveries"."""
+    parts = []
+    for key, value in (target or {}).items():
+        if isinstance(value, list):
+            parts.append(f"{len(value)} {key}" if len(value) != 1 else f"{key} {value[0]}")
+        elif isinstance(value, dict):
+            parts.append(key)
+        else:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts)
+
+
+def recent_actions(user) -> list[dict[str, Any]] | None:
+    """The operators' newest actions (the platform's own audit trail, agents.OperatorAction,
+    which every service writes; Django's LogEntry only knows the admin's stock add/change
+    forms): None for a user who may not read the audit trail."""
+    if not user.has_perm("agents.view_operatoraction"):
+        return None
+    return [
+        {
+            "id": a.pk,
+            "actor": a.actor,
+            "action": a.action.replace("_", " "),
+            "target": target_text(a.target),
+            "at": a.created_at,
+        }
+        for a in OperatorAction.objects.order_by("-created_at", "-id")[:RECENT_ACTIONS]
+    ]

@@ -9,11 +9,13 @@ dead-letter, pause or resume anything. Its outcome is returned (the admin shows 
 message) and audited as an OperatorAction `send_test_event` with the status, the failure in
 words and the latency.
 
-The body is a StreamResponse a receiver can parse: a TaskStatusUpdateEvent with the task's
-unchanged status and the test's payload under TEST_EVENT_URI in `metadata` (as the rebind
-notices carry theirs: A2A extensions may not add event kinds). It goes with
-`X-A2A-Event-Kind: test` and `X-A2A-Task-Seq: 0`: real events start at 1, so a receiver
-that orders by sequence never takes it for a step of the task.
+The body is a StreamResponse a receiver can parse and tell apart (docs/webhooks-receiving.md,
+"Test events"): a TaskStatusUpdateEvent about no task (a task and context id of its own,
+fresh for each test, state TASK_STATE_UNSPECIFIED), its marker under TEST_EVENT_URI in
+`metadata` (as the rebind notices carry theirs: A2A extensions may not add event kinds). It
+goes with `X-A2A-Event-Kind: test` and `X-A2A-Task-Seq: 0`, and the X-A2A-Task-Id header and
+any JWT name the test's own task id: no real task's update reaches a task's URL.
+webhooks/receiver.py accepts it and says so (`VerifiedDelivery.is_test`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from webhooks.delivery.headers import SigningKeyMissing, delivery_headers
 from webhooks.delivery.outbox_store import Head
 from webhooks.errors import WebhookError
 from webhooks.models import Endpoint, PushBinding
+from webhooks.receiver import TEST_EVENT_URI
 
-TEST_EVENT_URI = "urn:a2a-platform:ext:test-event:v1"
 TEST_EVENT_KIND = "test"
 
 
@@ -85,6 +87,30 @@ def url_shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}" + ("?…" if parts.query else "")
 
 
+def probe_body(
+    *, event_id: uuid.UUID, actor: str, now, endpoint: Endpoint, channel: PushBinding
+) -> dict:
+    """The test event's body: a status update about a task of its own (fresh ids, never
+    sent again), in no state, with the test's marker; nothing in it is a real task's."""
+    return {
+        "statusUpdate": {
+            "taskId": str(uuid.uuid4()),
+            "contextId": str(uuid.uuid4()),
+            "status": {"state": "TASK_STATE_UNSPECIFIED", "timestamp": wire.timestamp_json(now)},
+            "metadata": {
+                TEST_EVENT_URI: {
+                    "test": True,
+                    "eventId": str(event_id),
+                    "sentBy": actor[:150],
+                    "sentAt": wire.timestamp_json(now),
+                    "endpoint": endpoint.origin,
+                    "channel": f"{channel.config.config_id}.v{channel.version}",
+                }
+            },
+        }
+    }
+
+
 def endpoint_send_test(*, endpoint_pk: int, actor: str) -> TestSendResult:
     """Send one signed test event to the endpoint now (outside any transaction; the send
     waits at most A2A_WEBHOOK_TIMEOUT_SECONDS) and audit its outcome. Raises TestSendRefused
@@ -93,15 +119,13 @@ def endpoint_send_test(*, endpoint_pk: int, actor: str) -> TestSendResult:
     binding = _binding_for(endpoint)
     config, task = binding.config, binding.config.task
     now = timezone.now()
-    event = wire.status_update_json(task)
-    event["statusUpdate"]["metadata"] = {
-        TEST_EVENT_URI: {"test": True, "sentBy": actor[:150], "sentAt": now.isoformat()}
-    }
+    event_id = uuid.uuid4()
+    event = probe_body(event_id=event_id, actor=actor, now=now, endpoint=endpoint, channel=binding)
     head = Head(
         config_pk=config.pk,
         pk=0,
-        event_id=uuid.uuid4(),
-        task_id=task.id,
+        event_id=event_id,
+        task_id=uuid.UUID(event["statusUpdate"]["taskId"]),
         seq=0,
         kind=TEST_EVENT_KIND,
         body=body_bytes(event),

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
+from a2a_platform.lib.times import when_text
 from agents.models import PushChannelPolicy
 from webhooks.errors import RebindInvalid
 from webhooks.models import (
@@ -407,6 +408,17 @@ def _replay_plan(rebind: Rebind, data: Mapping[str, Any]) -> ActionPlan:
     )
 
 
+def _cut_over_effect(rebind: Rebind) -> str:
+    """What a cutover switches for the tasks not orphaned, as the rebind asked: its new
+    channel (a moved URL or one config's new URL or credentials), its new key, or both."""
+    moves_channel = bool(rebind.move_from or rebind.config_id)
+    if moves_channel and rebind.rotate_key:
+        return "the new channel, signed with the new key, takes every other delivery from now on"
+    if rebind.rotate_key:
+        return "the new key signs every other delivery from now on (the URLs stay)"
+    return "the new channel takes every other delivery from now on (the signing key stays)"
+
+
 def action_plan(rebind: Rebind, action: str, data: Mapping[str, Any]) -> ActionPlan:
     """What `action` would do to this rebind now, given the page's input (`data`: the
     selected `move` pks, `minutes`, `reason`). Raises ActionInputInvalid."""
@@ -460,7 +472,7 @@ def action_plan(rebind: Rebind, action: str, data: Mapping[str, Any]) -> ActionP
             details=[
                 "each orphaned task gets a final notice on its old channel; its new channel "
                 "waits until an operator re-binds it",
-                "the new channel (and a new key) takes every other delivery from now on",
+                _cut_over_effect(rebind),
             ],
         )
     if action == "extend":
@@ -474,12 +486,12 @@ def action_plan(rebind: Rebind, action: str, data: Mapping[str, Any]) -> ActionP
         now = timezone.now()
         base = max(rebind.deadline, now) if rebind.deadline else now
         new = base + timedelta(minutes=minutes)
-        was = rebind.deadline.isoformat(timespec="seconds") if rebind.deadline else "none"
+        was = when_text(rebind.deadline, now=now) if rebind.deadline else "none"
         return ActionPlan(
             action=action,
             summary=(
                 f"extend the deadline by {minutes} minute{'' if minutes == 1 else 's'}: "
-                f"from {was} to {new.isoformat(timespec='seconds')}"
+                f"from {was} to {when_text(new, now=now)}"
             ),
             details=[f"{_tasks(left)} still on old keep draining; the deadline alerts start over"],
             seconds=minutes * 60,

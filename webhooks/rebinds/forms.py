@@ -75,6 +75,10 @@ def unseal_secrets(sealed: str) -> tuple[str, str]:
     return token, credentials
 
 
+# URL inputs wide enough to read a URL.
+URL_INPUT = forms.TextInput(attrs={"size": 80, "class": "a2a-url-input"})
+
+
 class RebindForm(forms.Form):
     OPERATIONS = [
         ("rotate_key", "rotate the signing key"),
@@ -82,16 +86,82 @@ class RebindForm(forms.Form):
         ("config", "replace one config's URL or credentials"),
     ]
 
-    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), to_field_name="slug")
-    operations = forms.MultipleChoiceField(
-        choices=OPERATIONS, widget=forms.CheckboxSelectMultiple, help_text="one or more"
+    # The wizard's sections, each with the operation it belongs to (None: every rebind's):
+    # the page shows only the chosen operations' sections (a little script; without it,
+    # all of them).
+    SECTIONS = [
+        ("What to rebind", None, ("agent", "operations")),
+        ("Move a URL prefix", "move_prefix", ("move_from", "move_to", "move_origin")),
+        (
+            "Replace one config's URL or credentials",
+            "config",
+            (
+                "task_id",
+                "config_id",
+                "new_url",
+                "new_token",
+                "new_auth_scheme",
+                "new_credentials",
+                "remove_credentials",
+            ),
+        ),
+        ("Tasks in flight", None, ("policy", "finish_on_old", "deadline", "on_timeout")),
+        ("When and why", None, ("at", "reason", "force")),
+    ]
+
+    agent = forms.ModelChoiceField(
+        queryset=Agent.objects.order_by("slug"),
+        to_field_name="slug",
+        help_text="whose push channels (and signing key) the rebind changes",
     )
-    move_from = forms.CharField(required=False, max_length=2048, label="old URL prefix")
-    move_to = forms.CharField(required=False, max_length=2048, label="new URL prefix")
-    move_origin = forms.CharField(required=False, max_length=300, label="only on origin")
-    task_id = forms.CharField(required=False, label="task id (one config)")
-    config_id = forms.CharField(required=False, label="config id (one config)")
-    new_url = forms.CharField(required=False, max_length=2048, label="the config's new URL")
+    operations = forms.MultipleChoiceField(
+        choices=OPERATIONS,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=(
+            "one or more. Rotating the key publishes a new signing key beside the old one, "
+            "then signs with it; moving a prefix rewrites the URL of every config under it; "
+            "one config takes a new URL, token or credentials"
+        ),
+    )
+    move_from = forms.CharField(
+        required=False,
+        max_length=2048,
+        label="old URL prefix",
+        widget=URL_INPUT,
+        help_text="every config whose URL starts with it moves, e.g. https://hooks.example/v1/",
+    )
+    move_to = forms.CharField(
+        required=False,
+        max_length=2048,
+        label="new URL prefix",
+        widget=URL_INPUT,
+        help_text="replaces the old prefix, the rest of each URL kept",
+    )
+    move_origin = forms.CharField(
+        required=False,
+        max_length=300,
+        label="only on origin",
+        widget=URL_INPUT,
+        help_text="optional: only configs on this origin (https://host[:port])",
+    )
+    task_id = forms.CharField(
+        required=False,
+        label="task id (one config)",
+        widget=forms.TextInput(attrs={"size": 40}),
+        help_text="the task whose config changes",
+    )
+    config_id = forms.CharField(
+        required=False,
+        label="config id (one config)",
+        help_text="the push config's id, as the client registered it",
+    )
+    new_url = forms.CharField(
+        required=False,
+        max_length=2048,
+        label="the config's new URL",
+        widget=URL_INPUT,
+        help_text="empty: the URL stays",
+    )
     new_token = forms.CharField(
         required=False,
         max_length=1024,
@@ -115,29 +185,62 @@ class RebindForm(forms.Form):
         ),
     )
     remove_credentials = forms.BooleanField(
-        required=False, label="remove the config's token and credentials"
+        required=False,
+        label="remove the config's token and credentials",
+        help_text="the new channel sends neither",
     )
     # The confirmation step's copy of the two secrets above (seal_secrets).
     sealed_secrets = forms.CharField(required=False, widget=forms.HiddenInput)
     policy = forms.ChoiceField(
-        choices=[("", "the agent's declared policy"), *PushChannelPolicy.choices], required=False
+        choices=[("", "the agent's declared policy"), *PushChannelPolicy.choices],
+        required=False,
+        help_text=(
+            "drain: each task in flight gets a notice on its old channel and moves once it is "
+            "delivered; cutover: the old channel stops now and tasks still on it are orphaned"
+        ),
     )
     finish_on_old = forms.BooleanField(
-        required=False, label="let in-flight tasks finish on the old channel"
+        required=False,
+        label="let in-flight tasks finish on the old channel",
+        help_text="only new tasks use the new channel; those in flight end where they started",
     )
     deadline = forms.CharField(
-        required=False, help_text="drain deadline: 90s, 15m, 1h, 2d (empty: the agent's)"
+        required=False,
+        help_text="how long a drain may take: 90s, 15m, 1h, 2d (empty: the agent's)",
     )
     on_timeout = forms.ChoiceField(
-        choices=[("", "the agent's declared action"), *OnDrainTimeout.choices], required=False
+        choices=[("", "the agent's declared action"), *OnDrainTimeout.choices],
+        required=False,
+        help_text="at the deadline: cut over what is left, or extend the deadline once",
     )
     at = forms.DateTimeField(
         required=False,
         label="start at (empty: now)",
         help_text="ISO 8601, e.g. 2026-12-24T02:00:00+00:00",
     )
-    reason = forms.CharField(required=False, max_length=500)
-    force = forms.BooleanField(required=False, label="even over an open rebind of that scope")
+    reason = forms.CharField(
+        required=False,
+        max_length=500,
+        widget=URL_INPUT,
+        help_text="kept with the rebind and its audit row",
+    )
+    force = forms.BooleanField(
+        required=False,
+        label="even over an open rebind of that scope",
+        help_text="the open rebind is superseded; without it the start is refused",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # One agent: it is the one (a link from an agent's page names it already).
+        if "agent" not in self.initial:
+            slugs = list(self.fields["agent"].queryset.values_list("slug", flat=True)[:2])
+            if len(slugs) == 1:
+                self.initial["agent"] = slugs[0]
+
+    def sections(self) -> list[tuple[str, str | None, list[forms.BoundField]]]:
+        """The visible fields by section (SECTIONS), in order."""
+        return [(title, op, [self[name] for name in names]) for title, op, names in self.SECTIONS]
 
     def clean_deadline(self) -> int | None:
         text = self.cleaned_data["deadline"].strip()

@@ -73,3 +73,31 @@ def test_the_agent_page_says_why_its_hosted_code_keeps_the_card_back(admin_clien
     html = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/").content.decode()
     assert "hosted executor" in html
     assert "has reported loading it yet" in html
+
+
+def test_the_agent_page_is_grouped_by_purpose_and_edits_every_field(admin_client):
+    """Every field an operator may set is on the page, once, in a section named for its
+    purpose (identity, switches, authentication, card, push channels and rebinds)."""
+    from agents.services import EDITABLE_FIELDS
+
+    agent = AgentFactory(slug="grouped", executor="echo")
+    page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/")
+    sections = {fs.name: list(fs) for fs in page.context["adminform"]}
+    assert list(sections) == [
+        "Identity",
+        "Switches",
+        "Authentication",
+        "Card",
+        "Push channels and rebinds",
+        "Now",
+    ]
+    form = page.context["adminform"].form
+    assert set(form.fields) == {"slug", *EDITABLE_FIELDS}
+    named = [
+        name
+        for fs in page.context["adminform"]
+        for line in fs
+        for field in line
+        for name in [field.field["name"] if isinstance(field.field, dict) else field.field.name]
+    ]
+    assert sorted(n for n in named if n in form.fields) == sorted(form.fields)

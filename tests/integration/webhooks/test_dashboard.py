@@ -12,7 +12,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from agents import readiness
+from agents.models import Agent, WebInstance
 from tasks import services
 from tasks.states import TaskState
 from tests.factories import AgentFactory, task_create, user_message
@@ -204,8 +207,25 @@ def test_dashboard_figures_match_the_rows(scene):
     assert data["totals"] == {"queueDepth": 3 + 1 + 6, "held": 1, "dead": 2}
 
     assert (data["endpoints"]["failing"], data["endpoints"]["paused"]) == (1, 1)
+    # Every endpoint is listed, the troubled first (failing, then paused), the healthy ones
+    # with their last hour's figures: not "none" when nothing fails.
+    listed = [e["origin"] for e in data["endpoints"]["rows"]]
+    assert listed[:2] == ["https://gone.example.org:443", "https://other.example.org:443"]
+    assert data["endpoints"]["total"] == len(listed) == Endpoint.objects.count()
     rows = {e["origin"]: e for e in data["endpoints"]["rows"]}
-    assert set(rows) == {"https://gone.example.org:443", "https://other.example.org:443"}
+    assert rows["https://gone.example.org:443"]["state"] == "failing"
+    assert rows["https://other.example.org:443"]["state"] == "paused"
+    healthy = data["endpoints"]["rows"][2:]
+    assert healthy
+    assert {e["state"] for e in healthy} == {"ok"}
+    for e in data["endpoints"]["rows"]:
+        hour = DeliveryAttempt.objects.filter(
+            delivery__binding__endpoint_id=e["id"],
+            started_at__gte=NOW - timedelta(hours=1),
+            duration_ms__isnull=False,
+        )
+        assert e["lastHour"]["attempts"] == hour.count(), e["origin"]
+        assert e["lastHour"]["succeeded"] == hour.filter(status__gte=200, status__lt=300).count()
     assert rows["https://gone.example.org:443"]["consecutiveFailures"] == 3
     assert rows["https://other.example.org:443"]["pausedReason"] == "receiver maintenance"
 
@@ -249,6 +269,35 @@ def test_dashboard_readiness_shows_each_check_and_worker(scene):
     assert by_slug(data)["shop-bot"]["card"] == "503: never ready"
 
 
+def test_dashboard_readiness_and_readyz_are_one_computation(db, client):
+    """/readyz, the dashboard's readiness block and the answering instance's own row agree,
+    although its row was written before a worker registered (the row of that moment said
+    "no worker consumes `agents`")."""
+    readiness_reset()
+    readiness.web_instance_beat(
+        name=readiness.instance_name(),
+        started_at=timezone.now(),
+        state=readiness.instance_readiness(),
+    )
+    stored = WebInstance.objects.get(name=readiness.instance_name())
+    assert "no worker consumes `agents`" in stored.failing["agents_worker"]
+    mark_workers_live()
+
+    data = dashboard.dashboard_data()
+    readyz = client.get("/readyz").json()
+
+    block = data["readiness"]
+    (row,) = [w for w in block["webInstances"] if w["thisInstance"]]
+    assert row["name"] == block["instance"] == readiness.instance_name()
+    checks = {c["name"]: c["ok"] for c in block["checks"]}
+    assert checks == {name: c["ok"] for name, c in readyz["checks"].items()}
+    assert block["ready"] is row["ready"] is (readyz["status"] == "ready")
+    failing = {name for name, ok in checks.items() if not ok}
+    assert set(row["failing"]) == failing
+    assert "agents_worker" not in failing
+    assert "broker" in checks
+
+
 def test_dashboard_json_is_the_index_data_for_a_superuser(scene, client):
     client.force_login(get_user_model().objects.create_superuser("root", password="unused"))
 
@@ -268,7 +317,12 @@ def test_dashboard_json_is_the_index_data_for_a_superuser(scene, client):
     assert "Django administration" not in html
     assert "<title>Operations dashboard | A2A Platform</title>" in html
     assert '<div id="site-name"><a href="/admin/">A2A Platform</a></div>' in html
-    assert '<td class="c-queue">3</td>' in html
+    shop = Agent.objects.get(slug="shop-bot").pk
+    # The figure links to the deliveries it counts.
+    assert (
+        '<td class="c-queue c-num"><a href="/admin/webhooks/delivery/'
+        f'?task__agent__id__exact={shop}&amp;state__in=pending,sending">3</a></td>'
+    ) in html
     assert '<td class="c-oldest">300 s</td>' in html
     assert 'id="dashboard-data"' in html
     assert "webhooks/dashboard.js" in html
@@ -356,7 +410,8 @@ def test_dashboard_json_max_queries(scene, client, django_assert_max_num_queries
     client.force_login(get_user_model().objects.create_superuser("root", password="unused"))
     readiness_reset()  # the gate's checks are counted too, not its cache
     # Session and user (2), the gate (5: database, migrations, heartbeats, hosted agents),
-    # the web instances, the workers, agents, deliveries, attempts, endpoints (2), alerts
-    # (2), rebinds and their moves (2).
-    with django_assert_max_num_queries(18):
+    # the web instances, the workers, agents, deliveries, attempts, endpoints (5: counts,
+    # rows, and their health: attempts, what they owe, failing since), alerts (2), rebinds
+    # and their moves (2).
+    with django_assert_max_num_queries(21):
         assert client.get(JSON).status_code == 200

@@ -378,6 +378,11 @@ def test_finish_on_old_extend_cut_over_and_abort(agent, superuser):
 
     html = superuser.get(f"{base}cut_over/").content.decode()
     assert "Cut over: 3 tasks still on old will be orphaned" in html
+    # Exactly what it switches: this rebind moves URLs and rotates no key.
+    assert "the new channel takes every other delivery from now on (the signing key stays)" in (
+        html
+    )
+    assert "new key" not in html
     done = superuser.post(f"{base}cut_over/", {"confirm": "yes"})
     assert texts(done)[-1] == f"rebind {rebind.pk}: cut over"
     assert Rebind.objects.get(pk=rebind.pk).state == "cut_over"

@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from webhooks.delivery import signer
 from webhooks.receiver import (
+    TEST_EVENT_URI,
+    ChannelTrust,
     DeliveryLedger,
     VerificationError,
     VerifiedDelivery,
@@ -136,6 +138,31 @@ def test_verify_accepts_a_signed_delivery(key_a):
     )
     assert delivery.payload["statusUpdate"]["taskId"] == TASK
     assert delivery.jwt_claims is None
+
+
+def test_verify_accepts_a_test_event_and_says_it_is_one(key_a):
+    """The console's test send (webhooks/console/endpoint_probe.py probe_body): verified as
+    any delivery, reported as a test, and no channel is learnt for its made-up task."""
+    test_task = "5f0c1d2e-2222-4c1e-9d0b-6a3d2f1e0002"
+    body = {
+        "statusUpdate": {
+            "taskId": test_task,
+            "contextId": "c-test",
+            "status": {"state": "TASK_STATE_UNSPECIFIED"},
+            "metadata": {TEST_EVENT_URI: {"test": True, "sentBy": "ops"}},
+        }
+    }
+    sent = Sender([key_a]).deliver(seq=0, body=json.dumps(body).encode(), task_header=test_task)
+    channels = ChannelTrust()
+    delivery = verifier_for(key_a).verify(sent.headers, sent.body, channels=channels)
+    assert delivery.is_test
+    assert (delivery.task_id, delivery.seq) == (test_task, 0)
+    assert channels.task_count() == 0
+
+    real = Sender([key_a]).deliver(seq=1)
+    delivery = verifier_for(key_a).verify(real.headers, real.body, channels=channels)
+    assert not delivery.is_test
+    assert channels.task_count() == 1
 
 
 def test_verify_reads_headers_case_insensitively(key_a):

@@ -1,5 +1,7 @@
 /* What the console's live pages (dashboard.js, rebind_page.js) share, as window.a2aConsole:
-   `el` builds an element, `setText` fills one by id, and `poll` fetches `root`'s data-url
+   `el` builds an element, `setText` fills one by id, `when` shows an ISO time in the console's
+   one format (a <time> element: "23:44:46 UTC · 2 min ago", a2a_platform/lib/times.py: keep
+   the two in step), and `poll` fetches `root`'s data-url
    as JSON every data-interval-ms (or `defaultMs`), hands each answer to `onData`, counts the
    polls in data-polls, and says a failed update in the element `statusId` until the next
    success. A lapsed session is redirected to the login page (admin_view): HTML, not JSON,
@@ -21,6 +23,37 @@
   function setText(id, text) {
     var node = document.getElementById(id);
     if (node) { node.textContent = String(text); }
+  }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function relative(at, now) {
+    var seconds = Math.trunc((now - at) / 1000), span = Math.abs(seconds), amount;
+    if (span < 60) { amount = span + " s"; }
+    else if (span < 3600) { amount = Math.floor(span / 60) + " min"; }
+    else if (span < 48 * 3600) { amount = Math.floor(span / 3600) + " h"; }
+    else { amount = Math.floor(span / 86400) + " d"; }
+    return seconds >= 0 ? amount + " ago" : "in " + amount;
+  }
+
+  function absolute(at, now) {
+    var day = at.toISOString().slice(0, 10);
+    return (day === now.toISOString().slice(0, 10) ? "" : day + " ") + pad(at.getUTCHours()) +
+      ":" + pad(at.getUTCMinutes()) + ":" + pad(at.getUTCSeconds()) + " UTC";
+  }
+
+  function whenText(iso, now) {
+    if (!iso) { return "–"; }
+    var at = new Date(iso), today = now || new Date();
+    return absolute(at, today) + " · " + relative(at, today);
+  }
+
+  function when(iso, now) {
+    if (!iso) { return document.createTextNode("–"); }
+    var at = new Date(iso), today = now || new Date();
+    var full = at.toISOString().replace(/\.\d{3}Z$/, "Z");
+    return el("time", { "class": "a2a-time", datetime: full, title: full }, [
+      el("span", {}, [absolute(at, today)]), " · ", el("span", {}, [relative(at, today)])]);
   }
 
   function poll(root, statusId, defaultMs, onData) {
@@ -58,5 +91,5 @@
     window.setTimeout(pollWhenShown, interval);
   }
 
-  window.a2aConsole = { el: el, setText: setText, poll: poll };
+  window.a2aConsole = { el: el, setText: setText, when: when, whenText: whenText, poll: poll };
 })();

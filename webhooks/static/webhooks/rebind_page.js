@@ -23,16 +23,13 @@
     return rest + " s";
   }
 
-  // An ISO time as the admin's exact_time shows it: "2026-12-01 21:13:20.188 UTC".
-  function exact(iso) {
-    if (!iso) { return "–"; }
-    return iso.replace("T", " ").replace(/(\.\d{3})\d*/, "$1").replace(/\+00:00$/, " UTC");
-  }
+  // An ISO time in the console's one format: "21:13:20 UTC · 2 min ago".
+  var whenText = window.a2aConsole.whenText;
 
   function lastDelivery(d) {
     if (!d) { return "none"; }
     var outcome = d.state + (d.status ? " (HTTP " + d.status + ")" : "") + (d.error ? ": " + d.error : "");
-    return exact(d.at) + ": " + d.kind + " " + outcome;
+    return whenText(d.at) + ": " + d.kind + " " + outcome;
   }
 
   // The receiver's last answer to a notice: "HTTP 400: {…}" (or the failure in words).
@@ -93,7 +90,7 @@
       el("td", { "class": "c-move" + (stuck ? " rb-error" : "") }, [m.stateLabel]),
       el("td", { "class": "c-notice" + (m.notice && m.notice.dead ? " rb-error" : "") }, [
         m.notice ? noticeText(m.notice) : "-"]),
-      el("td", {}, [exact(m.finishedAt)])
+      el("td", {}, [whenText(m.finishedAt)])
     ]);
   }
 
@@ -133,8 +130,8 @@
     setText("rebind-policy-chip", "policy: " + data.policy + (data.finishOnOld ? ", finish on old" : ""));
     setText("rebind-scope-chip", data.scope);
     setText("rebind-in-flight", data.inFlight);
-    setText("rebind-started", exact(data.startedAt));
-    setText("rebind-finished", exact(data.finishedAt));
+    setText("rebind-started", whenText(data.startedAt));
+    setText("rebind-finished", whenText(data.finishedAt));
     setText("rebind-reason-shown", data.reason || "–");
     setText("rebind-counts", countsText(data.counts, data.progress));
     var p = data.progress;
@@ -144,9 +141,9 @@
     var deadline = document.getElementById("rebind-deadline");
     // Only an open rebind's deadline counts down; an ended one's is a date.
     deadline.setAttribute("data-deadline", data.deadlineRunning ? data.deadline : "");
-    deadline.textContent = data.deadline ? exact(data.deadline) : "none";
+    deadline.textContent = data.deadline ? whenText(data.deadline) : "none";
     setText("rebind-deadline-then", data.open || !data.deadline ? "" : "(no longer counts: " + data.stateLabel + ")");
-    setText("rebind-generated", exact(data.generatedAt));
+    setText("rebind-generated", whenText(data.generatedAt));
     setText("rebind-on-old-count", data.onOldTotal);
     setText("rebind-stuck-count", p.stuck);
 
