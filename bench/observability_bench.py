@@ -1,5 +1,6 @@
-"""What metrics cost on the hot paths: SendMessage, GetTask and webhook delivery, each measured
-with metrics on and off in one run, interleaved (figures, never assertions).
+"""What metrics and trace propagation cost on the hot paths: SendMessage, GetTask and webhook
+delivery, each measured with both on and both off in one run, interleaved (figures, never
+assertions).
 
     .venv/bin/python bench/observability_bench.py [--seconds 5] [--rounds 3]
         [--concurrency 8] [--tasks 100] [--scrape-interval 5] [--history 0]
@@ -7,10 +8,13 @@ with metrics on and off in one run, interleaved (figures, never assertions).
 
 What runs: a database of the bench's own (--database, default `a2a_bench_observability`, on
 A2A_BENCH_PG's server, created afresh) with the echo agent at the root and a client API key;
-two uvicorn web processes on it, identical but for A2A_METRICS_ENABLED (`on`: requests timed
-and flushed to the shared histogram, /metrics scraped every --scrape-interval seconds while
-that side is measured, as a Prometheus would (0: not during the phases, to see the hot paths'
-cost alone); `off`: no timing, no /metrics, no scrape); one
+two uvicorn web processes on it, identical but for their switches (`on`: metrics on, requests
+timed and flushed to the shared histogram, /metrics scraped every --scrape-interval seconds
+while that side is measured, as a Prometheus would (0: not during the phases, to see the hot
+paths' cost alone), and W3C propagation on (the default `OTEL_PROPAGATORS`); `off`:
+`A2A_METRICS_ENABLED=false` and `OTEL_PROPAGATORS=none`: no timing, no /metrics, no scrape, no
+trace context read or stored). Span export is off on both. Every send carries a client's
+`traceparent` and `tracestate`, the costlier case for propagation; one
 Celery worker (agents, webhooks, heartbeat; threads, 8) and beat, as `make run` has them; a
 sink answering every webhook 200 (bench/sink.py).
 
@@ -67,7 +71,15 @@ from delivery_bench import Sink, cpu_seconds  # noqa: E402
 
 DATABASE = "a2a_bench_observability"
 ALLOWED = {"A2A_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
-SIDES = {"on": "true", "off": "false"}
+# Each side's web environment: `on` has metrics and W3C propagation (the defaults), `off`
+# neither (tracing export is off on both, as the issue's target asks).
+SIDES = {
+    "on": {"A2A_METRICS_ENABLED": "true"},
+    "off": {"A2A_METRICS_ENABLED": "false", "OTEL_PROPAGATORS": "none"},
+}
+# Every send carries a caller's trace context, as a traced client's does: the costlier case
+# for propagation (the header is parsed and stored; without one a trace id is generated).
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 PHASES = ("send", "get", "delivery")
 OWED = """
 SELECT (SELECT count(*) FROM tasks_task t JOIN webhooks_pushconfig p ON p.task_id = t.id
@@ -139,10 +151,12 @@ async def _phase(phase: str, side: str, args, ctx: dict) -> dict:
 
 async def _drive(phase: str, base: str, args, ctx: dict) -> dict:
     auth = {"Authorization": f"Bearer {ctx['token']}", "A2A-Version": "1.0"}
+    traced = {**auth, "traceparent": TRACEPARENT, "tracestate": "vendor=bench"}
     if phase == "send":
 
         async def call(client, n):
-            return await client.post("/message:send", headers=auth, json=_body(f"s-{base}-{n}"))
+            body = _body(f"s-{base}-{n}")
+            return await client.post("/message:send", headers=traced, json=body)
 
         return await load(call, concurrency=args.concurrency, duration=args.seconds, base_url=base)
     if phase == "get":
@@ -164,7 +178,7 @@ async def _drive(phase: str, base: str, args, ctx: dict) -> dict:
             while queue:
                 n = queue.pop()
                 body = _body(f"d-{ctx['batch']}-{n}", sink.url)
-                response = await client.post("/message:send", headers=auth, json=body)
+                response = await client.post("/message:send", headers=traced, json=body)
                 if response.status_code != 200:
                     raise SystemExit(f"send: {response.status_code} {response.text[:300]}")
 
@@ -207,7 +221,10 @@ async def _bench(args, ctx: dict) -> None:
     def median(phase: str, side: str, key: str) -> float:
         return statistics.median(r[key] for r in results[(phase, side)])
 
-    print(f"\nMetrics on / off, medians of {args.rounds} round(s), c={args.concurrency}")
+    print(
+        f"\nMetrics and propagation on / off, medians of {args.rounds} round(s), "
+        f"c={args.concurrency}"
+    )
     for phase in PHASES:
         for side in ("on", "off"):
             print(
@@ -340,9 +357,9 @@ def main() -> None:
         )
         procs.beat(url, **quiet)
         bases, pids = {}, {}
-        for side, enabled in SIDES.items():
+        for side, side_env in SIDES.items():
             port = free_port()
-            procs.web(url, port, name=f"obs-web-{side}", A2A_METRICS_ENABLED=enabled, **quiet)
+            procs.web(url, port, name=f"obs-web-{side}", **side_env, **quiet)
             bases[side] = f"http://127.0.0.1:{port}"
             pids[side] = procs.procs[-1].pid
         for base in bases.values():
