@@ -225,7 +225,7 @@ def _report_unsigned(unsigned: list[tuple[Head, SigningKeyMissing]]) -> None:
             extra={
                 "agent": exc.slug,
                 "config_id": head.config_pk,
-                "delivery_id": str(head.event_id),
+                "event_id": str(head.event_id),
                 "task_id": str(head.task_id),
             },
         )
@@ -416,6 +416,6 @@ def _retry_or_dead(delivery: Delivery, result: TransportResult, endpoint: Endpoi
     )
     logger.warning(
         "delivery dead-lettered",
-        extra={"delivery_id": str(delivery.event_id), "task_id": str(delivery.task_id)},
+        extra={"event_id": str(delivery.event_id), "task_id": str(delivery.task_id)},
     )
     return Outcome(OutcomeState.DEAD)
