@@ -14,14 +14,15 @@ from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.permissions import has_scoped_perm
-from a2a_platform.api.resources import StrictBooleanFilter
+from a2a_platform.api.resources import StrictBooleanFilter, int_path, positive_id_param
 from a2a_platform.api.views import ApiListView, ApiView
+from tasks.api.serializers import WireModelSerializer
 from webhooks.console import dashboard
 from webhooks.models import Alert, AlertKind, Endpoint
 from webhooks.services import alert_resolve
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(WireModelSerializer):
     endpoint = serializers.CharField(source="endpoint.origin", allow_null=True, default=None)
     rebind = serializers.UUIDField(source="rebind_id", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
@@ -58,9 +59,6 @@ class AlertFilter(django_filters.FilterSet):
         return queryset.filter(Q(rebind__agent__slug=value) | Q(endpoint__in=endpoints))
 
 
-MAX_PK = 2**63 - 1  # a bigint: a larger id in the path is no alert (not a database error)
-
-
 class AlertList(ApiListView):
     read_perm = "webhooks.view_alert"
     serializer_class = AlertSerializer
@@ -76,9 +74,10 @@ class AlertResolve(ApiView):
     perms = {"POST": "webhooks.change_alert"}
     serializer_class = AlertSerializer
 
-    @extend_schema(request=None, responses={200: AlertSerializer})
+    @extend_schema(request=None, responses={200: AlertSerializer}, parameters=[int_path("id")])
     def post(self, request, pk):
-        if pk > MAX_PK or not Alert.objects.filter(pk=pk).exists():
+        pk = positive_id_param("alertId", pk)
+        if not Alert.objects.filter(pk=pk).exists():
             raise not_found(f"no alert {pk}")
         alert_resolve(alert_pk=pk, actor=self.actor)
         return Response(AlertSerializer(Alert.objects.select_related("endpoint").get(pk=pk)).data)

@@ -20,6 +20,26 @@ def _body(code: str, message: str, **extra: object) -> dict:
     return {"error": {"code": code, "message": message, **extra}}
 
 
+def _flat(errors: object, path: str = "") -> list[tuple[str, str]]:
+    """Validation errors as (field path, message) pairs: `movePrefix.old`, `moves[2]`."""
+    if isinstance(errors, dict):
+        return [
+            pair
+            for key, value in errors.items()
+            for pair in _flat(value, f"{path}.{key}" if path else str(key))
+        ]
+    if isinstance(errors, list):
+        if all(not isinstance(e, dict | list) for e in errors):
+            return [(path or "body", str(e)) for e in errors]
+        return [pair for i, e in enumerate(errors) for pair in _flat(e, f"{path}[{i}]")]
+    return [(path or "body", str(errors))]
+
+
+def validation_message(errors: object) -> str:
+    """One line naming each field refused and why (the `fields` member has them by field)."""
+    return "; ".join(f"{field}: {message}" for field, message in _flat(errors))
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, TaskNotFound):
         return Response(_body("task_not_found", str(exc)), status=status.HTTP_404_NOT_FOUND)
@@ -50,7 +70,12 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     if response is not None:
         code = getattr(exc, "default_code", "error")
         if isinstance(exc, exceptions.ValidationError):
-            response.data = _body("invalid_request", "invalid request", fields=response.data)
+            fields = response.data if isinstance(response.data, dict) else {"body": response.data}
+            named = {field for field, _ in _flat(fields)}
+            one = {"field": named.pop()} if len(named) == 1 else {}
+            response.data = _body(
+                "invalid_request", validation_message(fields), **one, fields=fields
+            )
         else:
             detail = (
                 response.data.get("detail", str(exc)) if isinstance(response.data, dict) else exc
