@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import Q
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from a2a_platform.api.agents import CapabilitiesSerializer
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.permissions import has_scoped_perm
 from a2a_platform.api.resources import StrictBooleanFilter, int_path, positive_id_param
 from a2a_platform.api.views import ApiListView, ApiView
-from tasks.api.serializers import WireModelSerializer
+from tasks.api.serializers import WireModelSerializer, WireSerializer
 from webhooks.console import dashboard
 from webhooks.models import Alert, AlertKind, Endpoint
 from webhooks.services import alert_resolve
@@ -83,13 +83,47 @@ class AlertResolve(ApiView):
         return Response(AlertSerializer(Alert.objects.select_related("endpoint").get(pk=pk)).data)
 
 
+class DashboardAgentSerializer(WireSerializer):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    enabled = serializers.BooleanField()
+    cardServable = serializers.BooleanField(help_text="its card is served now")
+    card = serializers.CharField(help_text='how its card is answered now: "served", "503: ..."')
+    capabilities = CapabilitiesSerializer()
+    deliveries = serializers.DictField(
+        required=False, help_text="its delivery figures (the deliveries section)"
+    )
+
+
+class DashboardSerializer(WireSerializer):
+    """The dashboard's figures (webhooks/console/dashboard.py); a section the caller may not
+    see is left out."""
+
+    generatedAt = serializers.DateTimeField()
+    sections = serializers.ListField(
+        child=serializers.ChoiceField(choices=sorted(dashboard.SECTIONS)),
+        help_text="the sections included",
+    )
+    readiness = serializers.DictField(help_text="the readiness checks, as /readyz")
+    agents = DashboardAgentSerializer(many=True)
+    chart = serializers.DictField(required=False, help_text="deliveries: the per-minute window")
+    totals = serializers.DictField(
+        child=serializers.IntegerField(), required=False, help_text="deliveries: totals"
+    )
+    endpoints = serializers.DictField(required=False, help_text="endpoints: counts and rows")
+    alerts = serializers.DictField(required=False, help_text="alerts: open count and newest")
+    rebinds = serializers.ListField(
+        child=serializers.DictField(), required=False, help_text="rebinds: the open ones"
+    )
+
+
 class Dashboard(ApiView):
     """Readiness, per agent capabilities and delivery figures, endpoints, alerts and open
     rebinds: each section as the caller's permissions (and token scope) allow."""
 
     read_perm = "agents.view_agent"
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: DashboardSerializer})
     def get(self, request):
         sections = frozenset(
             section

@@ -35,6 +35,17 @@ def _flat(errors: object, path: str = "") -> list[tuple[str, str]]:
     return [(path or "body", str(errors))]
 
 
+def _printable(errors: object) -> object:
+    """Validation errors with NUL (U+0000) written `\\u0000`: DRF's messages quote what was
+    sent (an unknown member's name, a refused choice), and a NUL neither belongs in an answer
+    nor can be kept by PostgreSQL (the Idempotency-Key store keeps the answer)."""
+    if isinstance(errors, dict):
+        return {_printable(str(key)): _printable(value) for key, value in errors.items()}
+    if isinstance(errors, list):
+        return [_printable(e) for e in errors]
+    return str(errors).replace("\x00", "\\u0000")
+
+
 def validation_message(errors: object) -> str:
     """One line naming each field refused and why (the `fields` member has them by field)."""
     return "; ".join(f"{field}: {message}" for field, message in _flat(errors))
@@ -70,7 +81,9 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     if response is not None:
         code = getattr(exc, "default_code", "error")
         if isinstance(exc, exceptions.ValidationError):
-            fields = response.data if isinstance(response.data, dict) else {"body": response.data}
+            fields = _printable(
+                response.data if isinstance(response.data, dict) else {"body": response.data}
+            )
             named = {field for field, _ in _flat(fields)}
             one = {"field": named.pop()} if len(named) == 1 else {}
             response.data = _body(

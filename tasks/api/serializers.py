@@ -75,7 +75,44 @@ class WireNames:
                 raise serializers.ValidationError(
                     {name: [_unknown_member(name, writable)] for name in unknown}
                 )
+            mistyped = {
+                name: [f"must be {expected}"]
+                for name, value in data.items()
+                if (expected := _json_type_error(self.fields[name], value)) is not None
+            }
+            if mistyped:
+                raise serializers.ValidationError(mistyped)
         return super().to_internal_value(data)
+
+
+# The JSON type each field takes, as the schema declares it: DRF also coerces others ("1" for
+# an integer, 1 for a boolean or a UUID, 5 for a string), which the schema does not allow.
+_JSON_TYPES: tuple[tuple[type, tuple[type, ...], str], ...] = (
+    (serializers.BooleanField, (bool,), "a boolean"),
+    (serializers.IntegerField, (int,), "an integer"),
+    (serializers.FloatField, (int, float), "a number"),
+    (serializers.CharField, (str,), "a string"),
+    (serializers.UUIDField, (str,), "a string (a UUID)"),
+    (serializers.DateTimeField, (str,), "a string (an ISO 8601 time)"),
+    (serializers.ChoiceField, (str,), "a string"),
+    (serializers.ListField, (list,), "an array"),
+    (serializers.DictField, (dict,), "an object"),
+)
+
+
+def _json_type_error(field: serializers.Field, value: Any) -> str | None:
+    if value is None:
+        return None  # the field's own allow_null decides
+    for kind, types, expected in _JSON_TYPES:
+        if isinstance(field, kind):
+            wrong = not isinstance(value, types) or (bool not in types and isinstance(value, bool))
+            if wrong:
+                return expected
+            if isinstance(field, serializers.ListField):
+                items = {_json_type_error(field.child, item) for item in value} - {None}
+                return f"an array whose items are each {items.pop()}" if items else None
+            return None
+    return None
 
 
 def _unknown_member(name: str, known: set[str]) -> str:

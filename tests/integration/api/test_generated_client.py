@@ -237,6 +237,13 @@ def test_everyday_flows_through_the_generated_client(generated, api_web):
     assert isinstance(aborted, m.Rebind)
     assert Rebind.objects.get(pk=started.id).state == RebindState.ABORTED
 
+    # --- the dashboard, typed: every agent with its capabilities
+    dashboard = importlib.import_module(f"{PACKAGE}.api.dashboard.dashboard_retrieve")
+    figures = dashboard.sync(client=client)
+    assert isinstance(figures, m.Dashboard), figures
+    assert [a.slug for a in figures.agents] == sorted(Agent.objects.values_list("slug", flat=True))
+    assert {a.slug: a.capabilities.streaming.on for a in figures.agents}["gen-billing"] is False
+
     # --- documented errors, each as the Error model
     missing = agents.agents_retrieve.sync_detailed("no-such-agent", client=client)
     assert missing.status_code == 404

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import openapi_spec_validator
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -88,6 +89,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_api, tm
     report = tmp_path / "report.json"
     cmd = [
         str(BIN / "st"),
+        "--config-file",
+        str(Path(__file__).with_name("schemathesis.toml")),
         "run",
         f"{live_api.base_url}/api/schema/?format=json",
         "--url",
