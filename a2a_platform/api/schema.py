@@ -122,6 +122,8 @@ class ApiAutoSchema(AutoSchema):
         if direction != "response":
             return responses
         statuses = READ_ERRORS if self.method in ("GET", "HEAD") else WRITE_ERRORS
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
+            statuses = (*statuses, "415")  # a body that is not JSON
         for status in statuses:
             if status not in responses:
                 responses[status] = self._get_response_for_code(
@@ -135,7 +137,13 @@ class ApiAutoSchema(AutoSchema):
             params.append(
                 OpenApiParameter(
                     IDEMPOTENCY_HEADER,
-                    str,
+                    {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 255,
+                        # printable ASCII (idempotency.claim); anything else is a 400
+                        "pattern": "^[\\x20-\\x7e]+$",
+                    },
                     OpenApiParameter.HEADER,
                     required=False,
                     description=(

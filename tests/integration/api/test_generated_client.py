@@ -245,6 +245,14 @@ def test_everyday_flows_through_the_generated_client(generated, api_web):
     assert {a.slug: a.capabilities.streaming.on for a in figures.agents}["gen-billing"] is False
 
     # --- documented errors, each as the Error model
+    reused = agents.agents_create.sync_detailed(
+        client=client,
+        body=m.AgentCreateRequest(slug="gen-other", name="Other", description="another body"),
+        idempotency_key="gen-create-billing",
+    )
+    assert reused.status_code == 422
+    assert reused.parsed.error.code == "idempotency_key_reused"
+    assert not Agent.objects.filter(slug="gen-other").exists()
     missing = agents.agents_retrieve.sync_detailed("no-such-agent", client=client)
     assert missing.status_code == 404
     assert missing.parsed.error.code == "not_found"
