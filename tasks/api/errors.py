@@ -20,14 +20,18 @@ def _body(code: str, message: str, **extra: object) -> dict:
     return {"error": {"code": code, "message": message, **extra}}
 
 
+def _at(path: str, key: object) -> str:
+    """A member's path: `movePrefix.old`; an item's (DRF keys a list's errors by index, as
+    integers or, once rendered, as digit strings): `moves[2]`."""
+    if path and (isinstance(key, int) or str(key).isdigit()):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
 def _flat(errors: object, path: str = "") -> list[tuple[str, str]]:
     """Validation errors as (field path, message) pairs: `movePrefix.old`, `moves[2]`."""
     if isinstance(errors, dict):
-        return [
-            pair
-            for key, value in errors.items()
-            for pair in _flat(value, f"{path}.{key}" if path else str(key))
-        ]
+        return [pair for key, value in errors.items() for pair in _flat(value, _at(path, key))]
     if isinstance(errors, list):
         if all(not isinstance(e, dict | list) for e in errors):
             return [(path or "body", str(e)) for e in errors]
