@@ -253,6 +253,10 @@ def test_everyday_flows_through_the_generated_client(generated, api_web):
     assert reused.status_code == 422
     assert reused.parsed.error.code == "idempotency_key_reused"
     assert not Agent.objects.filter(slug="gen-other").exists()
+    stranger = generated.AuthenticatedClient(base_url=api_web.url, token="a2apt_nope_nope")
+    unknown = agents.agents_retrieve.sync_detailed("gen-billing", client=stranger)
+    assert unknown.status_code == 401
+    assert unknown.parsed.error.code == "authentication_failed"
     missing = agents.agents_retrieve.sync_detailed("no-such-agent", client=client)
     assert missing.status_code == 404
     assert missing.parsed.error.code == "not_found"
