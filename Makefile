@@ -100,10 +100,23 @@ test-deep: install
 	A2A_MODEL_STEPS=$(MODEL_STEPS) $(PY) -m pytest --timeout 0 \
 	tests/integration/webhooks/test_rebind_model.py $(PYTEST_ARGS)
 
-lint: install
+# The OpenAPI linter (Redocly CLI), pinned, installed once into var/tools (never fetched by
+# npx at lint or test time).
+REDOCLY_VERSION := 2.77.0
+REDOCLY := var/tools/node_modules/.bin/redocly
+$(REDOCLY):
+	npm install --prefix var/tools --no-save --no-audit --no-fund --loglevel=error \
+	  @redocly/cli@$(REDOCLY_VERSION)
+
+lint: install $(REDOCLY)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	# The served schema: drf-spectacular's own checks (no warning), a spec validator, a linter.
+	$(PY) manage.py spectacular --format openapi-json --file var/openapi.json --validate \
+	  --fail-on-warn
+	$(VENV)/bin/openapi-spec-validator var/openapi.json
+	$(REDOCLY) lint --config a2a_platform/api/openapi-lint.yaml var/openapi.json
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -164,6 +164,8 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     # One error body for every failure of every API (docs/api.md).
     "EXCEPTION_HANDLER": "a2a_platform.api.errors.exception_handler",
+    # A refusal of the body as a whole (not of one field) is listed under `body`.
+    "NON_FIELD_ERRORS_KEY": "body",
     "DEFAULT_SCHEMA_CLASS": "a2a_platform.api.schema.ApiAutoSchema",
     # Request bodies are JSON, and the schema says so: with DRF's form and multipart parsers a
     # generated client sent multipart, whose booleans and lists the form parser reads wrong
@@ -180,6 +182,14 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "OAS_VERSION": "3.1.0",
+    # Paths are absolute (/api/v1/...): the server is the host that serves the schema.
+    "SERVERS": [{"url": "/", "description": "the platform serving this schema"}],
+    "GET_LIB_DOC_EXCLUDES": "a2a_platform.api.schema.lib_doc_excludes",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "a2a_platform.api.schema.postprocess",
+    ],
     # Swagger UI's files come from drf-spectacular-sidecar (served here, never a CDN).
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -197,6 +207,10 @@ SPECTACULAR_SETTINGS = {
         "RebindState": "webhooks.models.RebindState",
         "AlertKind": "webhooks.models.AlertKind",
         "TokenScope": "a2a_platform.api.models.TokenScope",
+        "MoveState": "webhooks.models.MoveState",
+        "TaskState": "a2a_platform.api.schema.TASK_STATES",
+        "TaskStateShort": "a2a_platform.api.schema.TASK_STATES_SHORT",
+        "DeliveryKind": "a2a_platform.api.schema.DELIVERY_KINDS",
     },
 }
 

@@ -9,6 +9,30 @@ from rest_framework.test import APIClient
 
 from a2a_platform.api.services import api_token_create
 
+# Every permission an operator may hold through the API (the agents app's, the webhooks
+# app's operator ones, rebinds, reading tokens): with a `rebind` token, the scope decides.
+OPERATOR_PERMS = (
+    "view_agent",
+    "add_agent",
+    "change_agent",
+    "view_apikey",
+    "add_apikey",
+    "change_apikey",
+    "view_signingkey",
+    "view_task",
+    "view_delivery",
+    "change_delivery",
+    "view_endpoint",
+    "change_endpoint",
+    "view_pushconfig",
+    "view_alert",
+    "change_alert",
+    "view_rebind",
+    "change_rebind",
+    "run_rebind",
+    "view_apitoken",
+)
+
 
 def user_with(name: str, *perms: str, staff: bool = True, superuser: bool = False):
     """A user holding the permissions named by codename (`view_delivery`) or in full

@@ -9,14 +9,14 @@ Permissions: the agents app's (`view_agent`, `add_agent`, `change_agent`, `view_
 from __future__ import annotations
 
 import django_filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from a2a_platform.api import selectors
 from a2a_platform.api.errors import invalid, not_found
 from a2a_platform.api.rebinds import RebindSerializer
-from a2a_platform.api.resources import StrictBooleanFilter
+from a2a_platform.api.resources import StrictBooleanFilter, uuid_param, uuid_path
 from a2a_platform.api.views import ApiListView, ApiView
 from agents import executor_spec, readiness
 from agents.models import (
@@ -31,6 +31,7 @@ from agents.models import (
 )
 from agents.services import agent_create, agent_update, api_key_create, api_key_revoke
 from agents.signing import public_jwk
+from tasks.api.serializers import WireModelSerializer, WireSerializer
 from webhooks.rebinds import operations as rebinds
 from webhooks.rebinds.checks import RebindRequest
 
@@ -62,7 +63,57 @@ FIELDS = {
 }
 
 
-class AgentSerializer(serializers.ModelSerializer):
+# The A2A AgentSkill and AgentExtension (A2A v1.0 section 4.4), as the card's rendering
+# (agents.services.agent_check, protobuf's JSON parser) takes them: no other member.
+AGENT_SKILL = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "examples": {"type": "array", "items": {"type": "string"}},
+        "inputModes": {"type": "array", "items": {"type": "string"}},
+        "outputModes": {"type": "array", "items": {"type": "string"}},
+        "securityRequirements": {"type": "array", "items": {"type": "object"}},
+    },
+    "additionalProperties": False,
+}
+AGENT_EXTENSION = {
+    "type": "object",
+    "properties": {
+        "uri": {"type": "string"},
+        "description": {"type": "string"},
+        "required": {"type": "boolean"},
+        "params": {"type": "object", "additionalProperties": True},
+    },
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field({"type": "array", "items": AGENT_SKILL})
+class SkillsField(serializers.ListField):
+    child = serializers.DictField()
+
+
+@extend_schema_field({"type": "array", "items": AGENT_EXTENSION})
+class ExtensionsField(serializers.ListField):
+    child = serializers.DictField()
+
+
+class CapabilitySerializer(WireSerializer):
+    on = serializers.BooleanField()
+    reason = serializers.CharField(help_text="why it is on or off")
+
+
+class CapabilitiesSerializer(WireSerializer):
+    """What this instance honours for the agent right now (agents.readiness)."""
+
+    pushNotifications = CapabilitySerializer()
+    streaming = CapabilitySerializer()
+
+
+class AgentSerializer(WireModelSerializer):
     """An agent as an operator sees it, with its capabilities right now (and why one is off:
     the rule of agents.readiness, the same the card and the admin show)."""
 
@@ -74,12 +125,20 @@ class AgentSerializer(serializers.ModelSerializer):
     pushNotificationsEnabled = serializers.BooleanField(source="push_notifications_enabled")
     streamingEnabled = serializers.BooleanField(source="streaming_enabled")
     cardMaxAge = serializers.IntegerField(source="card_max_age")
-    pushRebindPolicy = serializers.CharField(source="push_rebind_policy")
+    pushRebindPolicy = serializers.ChoiceField(
+        source="push_rebind_policy", choices=PushChannelPolicy.choices
+    )
     pushRebindDeadline = serializers.IntegerField(source="push_rebind_deadline")
-    pushRebindOnTimeout = serializers.CharField(source="push_rebind_on_timeout")
+    pushRebindOnTimeout = serializers.ChoiceField(
+        source="push_rebind_on_timeout", choices=OnDrainTimeout.choices
+    )
     pushRebindMinOverlap = serializers.IntegerField(source="push_rebind_min_overlap")
-    authMode = serializers.CharField(source="auth_mode")
-    anonymousListTasks = serializers.CharField(source="anonymous_list_tasks")
+    authMode = serializers.ChoiceField(source="auth_mode", choices=AuthMode.choices)
+    anonymousListTasks = serializers.ChoiceField(
+        source="anonymous_list_tasks", choices=AnonymousListing.choices
+    )
+    skills = SkillsField()
+    extensions = ExtensionsField()
     strictVersionHeader = serializers.BooleanField(source="strict_version_header")
     isDefault = serializers.BooleanField(source="is_default")
     createdAt = serializers.DateTimeField(source="created_at")
@@ -90,13 +149,14 @@ class AgentSerializer(serializers.ModelSerializer):
         model = Agent
         fields = ["slug", *FIELDS, "capabilities", "createdAt", "updatedAt"]
 
+    @extend_schema_field(CapabilitiesSerializer)
     def get_capabilities(self, agent: Agent) -> dict:
         state = self.context.get("readiness") or readiness.current()
         caps = readiness.capabilities(agent, state)
         return {name: {"on": cap.on, "reason": cap.reason} for name, cap in caps.items()}
 
 
-class AgentWriteSerializer(serializers.Serializer):
+class AgentWriteSerializer(WireSerializer):
     """The editable fields; on create `slug`, `name` and `description` are required."""
 
     slug = serializers.SlugField(max_length=64, required=False)
@@ -106,14 +166,14 @@ class AgentWriteSerializer(serializers.Serializer):
     providerOrganization = serializers.CharField(max_length=200, required=False, allow_blank=True)
     providerUrl = serializers.URLField(required=False, allow_blank=True)
     documentationUrl = serializers.URLField(required=False, allow_blank=True)
-    skills = serializers.ListField(child=serializers.DictField(), required=False)
+    skills = SkillsField(required=False)
     defaultInputModes = serializers.ListField(
         child=serializers.CharField(max_length=200), required=False
     )
     defaultOutputModes = serializers.ListField(
         child=serializers.CharField(max_length=200), required=False
     )
-    extensions = serializers.ListField(child=serializers.DictField(), required=False)
+    extensions = ExtensionsField(required=False)
     pushNotificationsEnabled = serializers.BooleanField(required=False)
     streamingEnabled = serializers.BooleanField(required=False)
     cardMaxAge = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
@@ -212,7 +272,7 @@ class AgentDetail(ApiView):
 # --- A2A API keys ---------------------------------------------------------------------------
 
 
-class ApiKeySerializer(serializers.ModelSerializer):
+class ApiKeySerializer(WireModelSerializer):
     agent = serializers.CharField(source="agent.slug")
     createdAt = serializers.DateTimeField(source="created_at")
     lastUsedAt = serializers.DateTimeField(source="last_used_at", allow_null=True)
@@ -233,7 +293,7 @@ class NewApiKeySerializer(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "secret"]
 
 
-class ApiKeyCreateSerializer(serializers.Serializer):
+class ApiKeyCreateSerializer(WireSerializer):
     name = serializers.CharField(max_length=200)
     kind = serializers.ChoiceField(choices=ApiKeyKind.choices, default=ApiKeyKind.CLIENT)
 
@@ -277,8 +337,11 @@ class ApiKeyRevoke(ApiView):
     perms = {"POST": "agents.change_apikey"}
     serializer_class = ApiKeySerializer
 
-    @extend_schema(request=None, responses={200: ApiKeySerializer})
+    @extend_schema(
+        request=None, responses={200: ApiKeySerializer}, parameters=[uuid_path("key_id")]
+    )
     def post(self, request, slug, key_id):
+        key_id = uuid_param("keyId", key_id)
         key = selectors.agent_api_keys(slug).filter(pk=key_id).first()
         if key is None:
             raise not_found(f"agent {slug!r} has no key {key_id}")
@@ -288,7 +351,7 @@ class ApiKeyRevoke(ApiView):
 # --- signing keys ---------------------------------------------------------------------------
 
 
-class SigningKeySerializer(serializers.ModelSerializer):
+class SigningKeySerializer(WireModelSerializer):
     """Public parts only: never the private key, encrypted or not."""
 
     alg = serializers.CharField(source="algorithm")
@@ -319,12 +382,12 @@ class SigningKeyList(ApiListView):
         return super().get(request, slug)
 
 
-class RotateSerializer(serializers.Serializer):
+class RotateSerializer(WireSerializer):
     policy = serializers.ChoiceField(choices=PushChannelPolicy.choices, required=False)
     deadlineSeconds = serializers.IntegerField(required=False)
     onTimeout = serializers.ChoiceField(choices=OnDrainTimeout.choices, required=False)
     at = serializers.DateTimeField(required=False)
-    reason = serializers.CharField(max_length=500, required=False, default="")
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
     force = serializers.BooleanField(default=False)
 
 

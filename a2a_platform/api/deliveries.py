@@ -11,13 +11,15 @@ from rest_framework.response import Response
 
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.filters import UtcDateTimeFilter
+from a2a_platform.api.resources import uuid_param, uuid_path
 from a2a_platform.api.views import ApiListView, ApiView
+from tasks.api.serializers import WireModelSerializer, WireSerializer
 from webhooks import selectors
 from webhooks.console.delivery_actions import delivery_replay_explained, delivery_retry_now
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryState
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryKind, DeliveryState
 
 
-class AttemptSerializer(serializers.ModelSerializer):
+class AttemptSerializer(WireModelSerializer):
     class Meta:
         model = DeliveryAttempt
         fields = [
@@ -33,13 +35,14 @@ class AttemptSerializer(serializers.ModelSerializer):
         ]
 
 
-class DeliverySerializer(serializers.ModelSerializer):
+class DeliverySerializer(WireModelSerializer):
     id = serializers.UUIDField(source="event_id")
     taskId = serializers.UUIDField(source="task_id")
     agent = serializers.CharField(source="task.agent.slug")
     configId = serializers.CharField(source="config.config_id")
     bindingVersion = serializers.IntegerField(source="binding.version")
     endpoint = serializers.CharField(source="binding.endpoint.origin")
+    kind = serializers.ChoiceField(choices=[k.value for k in DeliveryKind])
 
     class Meta:
         model = Delivery
@@ -71,7 +74,7 @@ class DeliveryDetailSerializer(DeliverySerializer):
 
 class DeliveryFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=DeliveryState.choices)
-    kind = django_filters.CharFilter(max_length=16)
+    kind = django_filters.ChoiceFilter(choices=[(k.value, k.value) for k in DeliveryKind])
     task = django_filters.UUIDFilter(field_name="task_id")
     agent = django_filters.CharFilter(field_name="task__agent__slug", max_length=64)
     endpoint = django_filters.CharFilter(field_name="binding__endpoint__origin", max_length=300)
@@ -104,18 +107,19 @@ class DeliveryList(DeliveryView, ApiListView):
 class DeliveryDetail(DeliveryView):
     serializer_class = DeliveryDetailSerializer
 
+    @extend_schema(parameters=[uuid_path("event_id")])
     def get(self, request, event_id):
-        delivery = selectors.delivery_by_event_id(event_id)
+        delivery = selectors.delivery_by_event_id(uuid_param("deliveryId", event_id))
         if delivery is None:
             raise not_found(f"no delivery {event_id}")
         return Response(DeliveryDetailSerializer(delivery).data)
 
 
-class ReplaySerializer(serializers.Serializer):
+class ReplaySerializer(WireSerializer):
     ids = serializers.ListField(child=serializers.UUIDField(), min_length=1, max_length=1000)
 
 
-class SkippedSerializer(serializers.Serializer):
+class SkippedSerializer(WireSerializer):
     id = serializers.UUIDField()
     reason = serializers.ChoiceField(
         choices=[
@@ -131,7 +135,7 @@ class SkippedSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
-class ReplayResultSerializer(serializers.Serializer):
+class ReplayResultSerializer(WireSerializer):
     replayed = serializers.IntegerField()
     requested = serializers.IntegerField()
     skipped = SkippedSerializer(many=True, help_text="each delivery left alone, and why")
@@ -151,7 +155,7 @@ class DeliveryReplay(DeliveryView):
         return Response(ReplayResultSerializer(outcome).data)
 
 
-class RetryResultSerializer(serializers.Serializer):
+class RetryResultSerializer(WireSerializer):
     retried = serializers.IntegerField()
     requested = serializers.IntegerField()
     skipped = SkippedSerializer(many=True, help_text="each delivery left alone, and why")

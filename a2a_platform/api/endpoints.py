@@ -20,6 +20,7 @@ from a2a_platform.api.resources import (
     positive_id_param,
 )
 from a2a_platform.api.views import ApiListView, ApiView
+from tasks.api.serializers import WireSerializer
 from webhooks import selectors, services
 from webhooks.models import Endpoint
 
@@ -37,7 +38,7 @@ class EndpointFilter(django_filters.FilterSet):
         return selectors.endpoint_list(paused=data.get("paused"), failing=data.get("failing"))
 
 
-class LastHourSerializer(serializers.Serializer):
+class LastHourSerializer(WireSerializer):
     attempts = serializers.IntegerField(help_text="finished attempts in the last hour")
     succeeded = serializers.IntegerField(help_text="of which answered 2xx")
     successRate = serializers.FloatField(allow_null=True, help_text="0..1; null: no attempt")
@@ -45,7 +46,7 @@ class LastHourSerializer(serializers.Serializer):
     maxLatencyMs = serializers.FloatField(allow_null=True)
 
 
-class HealthSerializer(serializers.Serializer):
+class HealthSerializer(WireSerializer):
     paused = serializers.BooleanField()
     pausedAt = serializers.DateTimeField(allow_null=True)
     pausedReason = serializers.CharField(allow_blank=True)
@@ -62,7 +63,7 @@ class HealthSerializer(serializers.Serializer):
     lastHour = LastHourSerializer()
 
 
-class EndpointSerializer(serializers.Serializer):
+class EndpointSerializer(WireSerializer):
     id = serializers.IntegerField()
     origin = serializers.CharField()
     createdAt = serializers.DateTimeField(source="created_at")
@@ -73,7 +74,7 @@ class EndpointSerializer(serializers.Serializer):
         return HealthSerializer(self.context["health"][endpoint.pk]).data
 
 
-class PauseSerializer(serializers.Serializer):
+class PauseSerializer(WireSerializer):
     reason = serializers.CharField(
         max_length=300, required=False, default="paused by an operator", allow_blank=False
     )

@@ -16,6 +16,8 @@ from rest_framework.response import Response
 from a2a_platform.api.services import TokenRefused
 from agents.services import AgentError
 from tasks.api.errors import exception_handler as worker_exception_handler
+from tasks.api.errors import validation_message
+from tasks.api.serializers import camel
 from webhooks.errors import (
     PushDeliveryUnavailable,
     PushNotSupported,
@@ -76,14 +78,39 @@ class IdempotencyInProgress(ApiError):
     code = "idempotency_in_progress"
 
 
+# The services name what they refuse as the models do; the request members that carry them
+# (camelCase, as every other field of the API) where the name is not simply the camelCase one.
+_WIRE_FIELDS = {
+    "move_prefix": "movePrefix",
+    "move_from": "movePrefix.old",
+    "move_to": "movePrefix.new",
+    "move_origin": "movePrefix.origin",
+    "new_url": "config.url",
+    "new_token": "config.token",
+    "new_auth_scheme": "config.authScheme",
+    "new_credentials": "config.credentials",
+    "deadline": "deadlineSeconds",
+    # "name at least one of ...": the body as a whole
+    "scope": "body",
+}
+
+
+def wire_field(name: str) -> str:
+    return _WIRE_FIELDS.get(name) or camel(name)
+
+
 def _mapped(exc: Exception) -> ApiError | None:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, RebindInvalid | TokenRefused):
         message = exc.description if isinstance(exc, RebindInvalid) else str(exc)
-        return invalid(exc.field, message)
+        field = exc.field if isinstance(exc, TokenRefused) else wire_field(exc.field)
+        return invalid(field, message)
     if isinstance(exc, AgentError):
-        return ApiError(str(exc), fields=exc.fields) if exc.fields else ApiError(str(exc))
+        if not exc.fields:
+            return ApiError(str(exc))
+        fields = {wire_field(name): problems for name, problems in exc.fields.items()}
+        return ApiError(validation_message(fields), fields=fields)
     if isinstance(exc, RebindNotFound | Http404 | ObjectDoesNotExist):
         return not_found(str(exc) or "not found")
     if isinstance(exc, RebindConflict):

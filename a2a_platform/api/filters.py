@@ -10,25 +10,49 @@ from django.core.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
 from a2a_platform.api.errors import invalid
+from tasks.api.serializers import camel
 
 
 class WhitelistedOrdering(OrderingFilter):
-    """`?ordering=a,-b` over the view's `ordering_fields` only; another field is refused."""
+    """`?ordering=a,-b` over the view's `ordering_fields` only, by their wire (camelCase)
+    names; another field is refused. The schema lists the values as an enum."""
+
+    @staticmethod
+    def _allowed(view) -> dict[str, str]:
+        """Wire name -> model field, either way round (`createdAt`, `-createdAt`)."""
+        names = {camel(f): f for f in getattr(view, "ordering_fields", None) or []}
+        return names | {f"-{wire}": f"-{field}" for wire, field in names.items()}
 
     def get_ordering(self, request, queryset, view):
         params = request.query_params.get(self.ordering_param)
-        if params:
-            fields = [param.strip() for param in params.split(",") if param.strip()]
-            allowed = set(getattr(view, "ordering_fields", None) or [])
-            bad = [f for f in fields if f.lstrip("-") not in allowed]
-            if bad or not fields:
+        if params is not None:
+            fields = [param.strip() for param in params.split(",")]
+            allowed = self._allowed(view)
+            if not all(f in allowed for f in fields):
                 raise invalid(
                     self.ordering_param,
-                    f"order by {', '.join(sorted(allowed)) or 'nothing'} (prefix - to reverse)",
+                    f"order by {', '.join(sorted(allowed)) or 'nothing'}, comma-separated",
                 )
-            # A unique last key keeps cursor pages stable under ties.
-            return fields
+            # Ties on the first key are kept apart by the cursor's offset (pagination.py).
+            return [allowed[f] for f in fields]
         return self.get_default_ordering(view)
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {
+                "name": self.ordering_param,
+                "required": False,
+                "in": "query",
+                "description": "the order of the list (a leading - reverses a key)",
+                "schema": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": sorted(self._allowed(view))},
+                    "minItems": 1,
+                },
+                "style": "form",
+                "explode": False,
+            }
+        ]
 
 
 class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):

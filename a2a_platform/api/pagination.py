@@ -1,4 +1,4 @@
-"""Cursor pagination for every list: opaque `next` / `previous` links, `page_size` up to 500.
+"""Cursor pagination for every list: opaque `next` / `previous` links, `pageSize` up to 500.
 The ordering is the view's (`ordering`), or the whitelisted one asked for with `?ordering=`
 (non-null columns only); ties on the first column are kept apart by the cursor's offset, so a
 page never repeats or skips a row that did not change. A cursor not handed out is a 400,
@@ -16,7 +16,7 @@ from a2a_platform.api.errors import invalid
 
 class CursorPages(CursorPagination):
     page_size = 50
-    page_size_query_param = "page_size"
+    page_size_query_param = "pageSize"
     max_page_size = 500
     ordering = "-created_at"
 
@@ -35,6 +35,14 @@ class CursorPages(CursorPagination):
             if param["name"] == self.page_size_query_param:
                 param["schema"].update(minimum=1, maximum=self.max_page_size)
         return params
+
+    def get_paginated_response_schema(self, schema):
+        answer = super().get_paginated_response_schema(schema)
+        for link in ("next", "previous"):
+            # DRF's example is another API's URL, which a client could not follow here.
+            answer["properties"][link].pop("example", None)
+            answer["properties"][link]["description"] = f"the {link} page, to follow as given"
+        return answer
 
     def paginate_queryset(self, queryset, request, view=None):
         self._model = queryset.model  # decode_cursor checks a position against its column

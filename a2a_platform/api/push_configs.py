@@ -17,12 +17,13 @@ from a2a_platform.api.resources import CONFIG_ID, TASK_ID, ResourceMethods, task
 from a2a_platform.api.tasks import BindingVersionSerializer
 from a2a_platform.api.views import ApiView
 from tasks import selectors as task_selectors
+from tasks.api.serializers import WireSerializer
 from webhooks import selectors
 from webhooks.models import CONFIG_ID as CONFIG_ID_PATTERN
 from webhooks.models import PushConfig
 
 
-class PushConfigSerializer(serializers.Serializer):
+class PushConfigSerializer(WireSerializer):
     id = serializers.CharField(help_text="the client's config id")
     taskId = serializers.UUIDField()
     currentVersion = serializers.IntegerField()
@@ -32,7 +33,7 @@ class PushConfigSerializer(serializers.Serializer):
     versions = BindingVersionSerializer(many=True)
 
 
-class PushConfigListSerializer(serializers.Serializer):
+class PushConfigListSerializer(WireSerializer):
     results = PushConfigSerializer(many=True)
 
 

@@ -12,17 +12,27 @@ field), 404 `not_found`, 409 `rebind_conflict` (an open rebind over the same sco
 from __future__ import annotations
 
 import django_filters
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from a2a_platform.api.resources import uuid_param, uuid_path
 from a2a_platform.api.views import ApiListView, ApiView
 from agents.models import Agent, OnDrainTimeout, PushChannelPolicy
+from tasks.api.serializers import WireModelSerializer, WireSerializer
+from tasks.states import TaskState
 from webhooks.errors import RebindInvalid
-from webhooks.models import Rebind, RebindState
+from webhooks.models import DeliveryState, MoveState, Rebind, RebindState
 from webhooks.rebinds import operations as rebinds
-from webhooks.rebinds.checks import RebindPreview, RebindRequest, rebind_preview
+from webhooks.rebinds.checks import (
+    FAILED,
+    FORCED,
+    NOT_NEEDED,
+    PASSED,
+    RebindPreview,
+    RebindRequest,
+    rebind_preview,
+)
 from webhooks.selectors import agent_push_config, rebind_stragglers
 
 
@@ -31,8 +41,40 @@ class RebindView(ApiView):
     write_perm = "webhooks.run_rebind"
 
 
-class RebindSerializer(serializers.ModelSerializer):
+# A task state's short name (working, input-required, ...), as the counts and lists key them.
+SHORT_STATES = sorted(s.short for s in TaskState)
+
+
+class NoticeCountsSerializer(WireSerializer):
+    delivered = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="pending or being sent")
+    dead = serializers.IntegerField()
+    superseded = serializers.IntegerField(help_text="superseded or canceled")
+
+
+class RebindCountsSerializer(WireSerializer):
+    """A rebind's counts (webhooks.selectors.rebind_counts), as the monitor last stored them
+    (empty before its first pass)."""
+
+    onOldVersion = serializers.DictField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="tasks still on the old version, by task state (working, ...)",
+    )
+    onOldVersionTotal = serializers.IntegerField(required=False)
+    moved = serializers.IntegerField(required=False)
+    finishedOnOld = serializers.IntegerField(required=False)
+    finishingOnOld = serializers.IntegerField(required=False)
+    noticePending = serializers.IntegerField(required=False)
+    orphaned = serializers.IntegerField(required=False)
+    rebound = serializers.IntegerField(required=False)
+    reverted = serializers.IntegerField(required=False)
+    notices = NoticeCountsSerializer(required=False, help_text="its notices by delivery state")
+
+
+class RebindSerializer(WireModelSerializer):
     agent = serializers.CharField(source="agent.slug")
+    counts = RebindCountsSerializer(read_only=True)
 
     class Meta:
         model = Rebind
@@ -62,22 +104,24 @@ class RebindSerializer(serializers.ModelSerializer):
         ]
 
 
-class MovePrefix(serializers.Serializer):
+class MovePrefix(WireSerializer):
     old = serializers.CharField(max_length=2048)
     new = serializers.CharField(max_length=2048)
-    origin = serializers.CharField(max_length=300, required=False, default="")
+    origin = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
 
 
-class OneConfig(serializers.Serializer):
+class OneConfig(WireSerializer):
     taskId = serializers.UUIDField()
     configId = serializers.CharField(max_length=255)
-    url = serializers.CharField(max_length=2048, required=False, default="")
+    url = serializers.CharField(max_length=2048, required=False, default="", allow_blank=True)
     token = serializers.CharField(max_length=1024, required=False, allow_blank=True, default=None)
     authScheme = serializers.CharField(max_length=64, required=False, default=None)
-    credentials = serializers.CharField(max_length=4096, required=False, default="")
+    credentials = serializers.CharField(
+        max_length=4096, required=False, default="", allow_blank=True
+    )
 
 
-class StartSerializer(serializers.Serializer):
+class StartSerializer(WireSerializer):
     agent = serializers.SlugField(max_length=64)
     rotateKey = serializers.BooleanField(default=False)
     movePrefix = MovePrefix(required=False)
@@ -87,7 +131,7 @@ class StartSerializer(serializers.Serializer):
     deadlineSeconds = serializers.IntegerField(required=False)
     onTimeout = serializers.ChoiceField(choices=OnDrainTimeout.values, required=False)
     at = serializers.DateTimeField(required=False)
-    reason = serializers.CharField(max_length=500, required=False, default="")
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
     force = serializers.BooleanField(default=False)
     preview = serializers.BooleanField(default=False, help_text="check and measure, write nothing")
 
@@ -122,6 +166,63 @@ class StartSerializer(serializers.Serializer):
         )
 
 
+class ConflictSerializer(WireSerializer):
+    rebind = serializers.UUIDField(help_text="the open rebind over the same scope")
+    message = serializers.CharField()
+
+
+class ScopedTaskSerializer(WireSerializer):
+    task = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=SHORT_STATES)
+    config = serializers.CharField(help_text="the config id")
+
+
+class PreCheckSerializer(WireSerializer):
+    check = serializers.CharField(help_text="what was checked")
+    result = serializers.ChoiceField(choices=[PASSED, FAILED, FORCED, NOT_NEEDED])
+    detail = serializers.CharField(help_text="why, in words")
+
+
+class PreviewSerializer(WireSerializer):
+    """What starting the rebind would do; nothing was written."""
+
+    policy = serializers.ChoiceField(choices=PushChannelPolicy.choices)
+    deadlineSeconds = serializers.IntegerField()
+    onTimeout = serializers.ChoiceField(choices=OnDrainTimeout.choices)
+    overlapSeconds = serializers.IntegerField(
+        help_text="how long the next key is published before it signs (0: no rotation)"
+    )
+    conflict = ConflictSerializer(allow_null=True)
+    configs = serializers.IntegerField(help_text="push configs in the rebind's scope")
+    inFlight = serializers.IntegerField(help_text="of which on tasks not finished")
+    inFlightByState = serializers.DictField(child=serializers.IntegerField())
+    endpoints = serializers.ListField(child=serializers.CharField(), help_text="origins")
+    tasks = ScopedTaskSerializer(many=True, help_text="the first in-flight tasks")
+    checks = PreCheckSerializer(many=True)
+
+
+class StragglerSerializer(WireSerializer):
+    """A task still on the old version (webhooks.selectors.rebind_stragglers)."""
+
+    task = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=SHORT_STATES)
+    config = serializers.CharField(help_text="the config id")
+    version = serializers.CharField(help_text="<configId>.v<version>, the old channel")
+    move = serializers.ChoiceField(choices=MoveState.choices)
+    notice = serializers.ChoiceField(
+        choices=DeliveryState.choices, allow_null=True, help_text="its notice's delivery state"
+    )
+    noticeError = serializers.CharField(allow_blank=True)
+    since = serializers.DateTimeField()
+
+
+class RebindDetailSerializer(RebindSerializer):
+    onOldVersion = StragglerSerializer(many=True, read_only=True, help_text="the first 500")
+
+    class Meta(RebindSerializer.Meta):
+        fields = [*RebindSerializer.Meta.fields, "onOldVersion"]
+
+
 class RebindFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=RebindState.choices)
     agent = django_filters.CharFilter(field_name="agent__slug", max_length=64)
@@ -143,7 +244,7 @@ class RebindList(RebindView, ApiListView):
 
     @extend_schema(
         request=StartSerializer,
-        responses={201: RebindSerializer, 200: OpenApiTypes.OBJECT},
+        responses={201: RebindSerializer, 200: PreviewSerializer},
         description="Start a rebind (201), or with `preview: true` check and measure it (200, "
         "nothing written).",
     )
@@ -152,7 +253,7 @@ class RebindList(RebindView, ApiListView):
         body.is_valid(raise_exception=True)
         req = body.rebind_request()
         if body.validated_data["preview"]:
-            return Response(_preview_json(rebind_preview(req)))
+            return Response(PreviewSerializer(_preview_json(rebind_preview(req))).data)
         rebind = rebinds.rebind_start(req, actor=self.actor)
         return Response(RebindSerializer(rebind).data, status=status.HTTP_201_CREATED)
 
@@ -181,17 +282,24 @@ def _preview_json(preview: RebindPreview) -> dict:
     }
 
 
+REBIND_ID = uuid_path("id")
+
+
+def rebind_or_404(pk: str):
+    return rebinds.rebind_get(uuid_param("rebindId", pk))
+
+
+@extend_schema(parameters=[REBIND_ID])
 class RebindDetail(RebindView):
-    serializer_class = RebindSerializer
+    serializer_class = RebindDetailSerializer
 
     def get(self, request, pk):
-        rebind = rebinds.rebind_get(pk)
-        return Response(
-            {**RebindSerializer(rebind).data, "onOldVersion": rebind_stragglers(rebind, 500)}
-        )
+        rebind = rebind_or_404(pk)
+        rebind.onOldVersion = rebind_stragglers(rebind, 500)
+        return Response(RebindDetailSerializer(rebind).data)
 
 
-class MovesSerializer(serializers.Serializer):
+class MovesSerializer(WireSerializer):
     moves = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         min_length=1,
@@ -199,7 +307,7 @@ class MovesSerializer(serializers.Serializer):
     )
 
 
-class AbortSerializer(serializers.Serializer):
+class AbortSerializer(WireSerializer):
     # Parsed only: an empty reason is the service's refusal (400 on `reason`, its words).
     reason = serializers.CharField(
         max_length=500,
@@ -210,11 +318,11 @@ class AbortSerializer(serializers.Serializer):
     )
 
 
-class ExtendSerializer(serializers.Serializer):
+class ExtendSerializer(WireSerializer):
     seconds = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
 
 
-class CountSerializer(serializers.Serializer):
+class CountSerializer(WireSerializer):
     rebound = serializers.IntegerField(required=False, help_text="rebind-orphans: configs re-bound")
     changed = serializers.IntegerField(required=False, help_text="move-now / finish-on-old")
 
@@ -233,8 +341,9 @@ class RebindAction(RebindView):
         body.is_valid(raise_exception=True)
         return body.validated_data
 
+    @extend_schema(parameters=[REBIND_ID])
     def post(self, request, pk):
-        rebind = rebinds.rebind_get(pk)
+        rebind = rebind_or_404(pk)
         return self.run(rebind, self.parsed(request))
 
     def run(self, rebind, data: dict) -> Response:

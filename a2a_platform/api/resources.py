@@ -33,11 +33,27 @@ CONFIG_ID = OpenApiParameter(
 )
 
 
-def task_id_param(value: str) -> uuid.UUID:
+def uuid_param(name: str, value: str | uuid.UUID) -> uuid.UUID:
+    """A UUID path parameter: anything else is the 400 every resource answers for a malformed
+    id (`invalid_request` naming the parameter), never a 404 from the URL resolver."""
     try:
-        return uuid.UUID(value)
+        return uuid.UUID(str(value))
     except ValueError:
-        raise invalid("taskId", "not a task id (a UUID)") from None
+        raise invalid(name, "not an id (a UUID)") from None
+
+
+def task_id_param(value: str) -> uuid.UUID:
+    return uuid_param("taskId", value)
+
+
+def uuid_path(name: str) -> OpenApiParameter:
+    return OpenApiParameter(name, OpenApiTypes.UUID, OpenApiParameter.PATH)
+
+
+def int_path(name: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name, {"type": "integer", "minimum": 1, "maximum": _MAX_ID}, OpenApiParameter.PATH
+    )
 
 
 def positive_id_param(name: str, value: str) -> int:

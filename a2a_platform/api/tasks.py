@@ -8,7 +8,7 @@ A2A protocol, never here. Permission `tasks.view_task` (read scope).
 from __future__ import annotations
 
 import django_filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -22,8 +22,10 @@ from a2a_platform.api.resources import (
 )
 from a2a_platform.api.views import ApiListView, ApiView
 from tasks import selectors, wire
+from tasks.api.serializers import WireSerializer
 from tasks.models import Task
 from tasks.states import TaskState
+from webhooks.models import DeliveryState, MoveState, RebindState
 from webhooks.selectors import task_channel_history
 
 # `?state=` takes the wire name (TASK_STATE_WORKING) or its short form (working).
@@ -63,12 +65,67 @@ class TaskFilter(django_filters.FilterSet):
         )
 
 
-class TaskSerializer(serializers.Serializer):
+# The A2A objects a task's read carries (A2A v1.0 section 4.1, as tasks.wire writes them).
+_OBJECT = {"type": "object", "additionalProperties": True}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+A2A_MESSAGE = {
+    "type": "object",
+    "properties": {
+        "messageId": {"type": "string"},
+        "contextId": {"type": "string"},
+        "taskId": {"type": "string"},
+        "role": {"type": "string", "enum": ["ROLE_USER", "ROLE_AGENT"]},
+        "parts": {"type": "array", "items": _OBJECT},
+        "metadata": _OBJECT,
+        "extensions": _STRINGS,
+        "referenceTaskIds": _STRINGS,
+    },
+    "required": ["messageId", "role", "parts"],
+}
+A2A_ARTIFACT = {
+    "type": "object",
+    "properties": {
+        "artifactId": {"type": "string"},
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "parts": {"type": "array", "items": _OBJECT},
+        "metadata": _OBJECT,
+        "extensions": _STRINGS,
+    },
+    "required": ["artifactId", "parts"],
+}
+A2A_TASK_STATUS = {
+    "type": "object",
+    "properties": {
+        "state": {"type": "string", "enum": [s.value for s in TaskState]},
+        "timestamp": {"type": "string", "format": "date-time"},
+        "message": {**A2A_MESSAGE, "description": "the status message, if any"},
+    },
+    "required": ["state", "timestamp"],
+}
+
+
+@extend_schema_field(A2A_TASK_STATUS)
+class TaskStatusField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": A2A_MESSAGE})
+class MessagesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": A2A_ARTIFACT})
+class ArtifactsField(serializers.JSONField):
+    pass
+
+
+class TaskSerializer(WireSerializer):
     id = serializers.UUIDField()
     agent = serializers.CharField(source="agent.slug")
     owner = serializers.CharField(help_text="the principal that opened it")
     contextId = serializers.CharField(source="context_id")
-    state = serializers.CharField()
+    state = serializers.ChoiceField(choices=[s.value for s in TaskState])
     statusTimestamp = serializers.DateTimeField(source="status_timestamp")
     lastSeq = serializers.IntegerField(source="last_seq", help_text="its last event's seq")
     orphaned = serializers.BooleanField()
@@ -76,12 +133,12 @@ class TaskSerializer(serializers.Serializer):
     updatedAt = serializers.DateTimeField(source="updated_at")
 
 
-class MaskedAuthSerializer(serializers.Serializer):
+class MaskedAuthSerializer(WireSerializer):
     scheme = serializers.CharField()
     credentials = serializers.CharField(allow_null=True, help_text='"set" or null, never shown')
 
 
-class BindingVersionSerializer(serializers.Serializer):
+class BindingVersionSerializer(WireSerializer):
     """One immutable version of a push config (webhooks.models.PushBinding)."""
 
     configId = serializers.CharField()
@@ -97,46 +154,48 @@ class BindingVersionSerializer(serializers.Serializer):
     retiredAt = serializers.DateTimeField(allow_null=True)
 
 
-class MoveSerializer(serializers.Serializer):
+class MoveSerializer(WireSerializer):
     """One config's move in a rebind (webhooks.models.ChannelMove)."""
 
     rebindId = serializers.UUIDField()
-    rebindState = serializers.CharField()
+    rebindState = serializers.ChoiceField(choices=RebindState.choices)
     configId = serializers.CharField()
     fromVersion = serializers.IntegerField(allow_null=True)
     toVersion = serializers.IntegerField(allow_null=True)
-    state = serializers.CharField(help_text="notice_pending, moved, orphaned, rebound, ...")
+    state = serializers.ChoiceField(choices=MoveState.choices)
     fromSeq = serializers.IntegerField()
     notice = serializers.UUIDField(allow_null=True, help_text="its notice's delivery id")
     createdAt = serializers.DateTimeField()
     finishedAt = serializers.DateTimeField(allow_null=True)
 
 
-class NoticeSerializer(serializers.Serializer):
+class NoticeSerializer(WireSerializer):
     """A channel notice delivered on an old version (a delivery of kind `notice`)."""
 
     id = serializers.UUIDField(help_text="the delivery's id (webhook-id)")
-    kind = serializers.CharField(help_text="channel-changed or channel-orphaned")
+    kind = serializers.ChoiceField(
+        choices=["channel-changed", "channel-orphaned", ""], help_text='"": an unreadable body'
+    )
     configId = serializers.CharField(allow_null=True)
     version = serializers.IntegerField(allow_null=True, help_text="the version it went to")
-    state = serializers.CharField()
+    state = serializers.ChoiceField(choices=DeliveryState.choices)
     attempts = serializers.IntegerField()
     lastError = serializers.CharField(allow_blank=True)
     createdAt = serializers.DateTimeField()
     finishedAt = serializers.DateTimeField(allow_null=True)
 
 
-class ChannelHistorySerializer(serializers.Serializer):
+class ChannelHistorySerializer(WireSerializer):
     versions = BindingVersionSerializer(many=True)
     moves = MoveSerializer(many=True)
     notices = NoticeSerializer(many=True)
 
 
 class TaskDetailSerializer(TaskSerializer):
-    status = serializers.JSONField(help_text="the A2A TaskStatus")
-    metadata = serializers.JSONField()
-    history = serializers.ListField(child=serializers.JSONField(), help_text="A2A Messages")
-    artifacts = serializers.ListField(child=serializers.JSONField(), help_text="A2A Artifacts")
+    status = TaskStatusField(help_text="the A2A TaskStatus")
+    metadata = serializers.DictField()
+    history = MessagesField(help_text="A2A Messages")
+    artifacts = ArtifactsField(help_text="A2A Artifacts")
     channelHistory = ChannelHistorySerializer(help_text="its push channels over time")
 
 

@@ -15,12 +15,13 @@ from rest_framework.response import Response
 from a2a_platform.api import selectors
 from a2a_platform.api.errors import invalid, not_found
 from a2a_platform.api.models import ApiToken, TokenScope
-from a2a_platform.api.resources import StrictBooleanFilter
+from a2a_platform.api.resources import StrictBooleanFilter, uuid_param, uuid_path
 from a2a_platform.api.services import api_token_create, api_token_revoke
 from a2a_platform.api.views import ApiListView, ApiView
+from tasks.api.serializers import WireModelSerializer, WireSerializer
 
 
-class TokenSerializer(serializers.ModelSerializer):
+class TokenSerializer(WireModelSerializer):
     user = serializers.CharField(source="user.get_username", read_only=True)
     createdBy = serializers.CharField(
         source="created_by.get_username", read_only=True, allow_null=True, default=None
@@ -58,7 +59,7 @@ class NewTokenSerializer(TokenSerializer):
         fields = [*TokenSerializer.Meta.fields, "secret"]
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(WireSerializer):
     name = serializers.CharField(max_length=200)
     scope = serializers.ChoiceField(choices=TokenScope.choices)
     user = serializers.CharField(
@@ -115,12 +116,13 @@ class TokenList(TokenView, ApiListView):
 
 
 def _token(pk) -> ApiToken:
-    token = selectors.token_get(pk)
+    token = selectors.token_get(uuid_param("tokenId", pk))
     if token is None:
         raise not_found(f"no token {pk}")
     return token
 
 
+@extend_schema(parameters=[uuid_path("id")])
 class TokenDetail(TokenView):
     serializer_class = TokenSerializer
 
@@ -128,6 +130,7 @@ class TokenDetail(TokenView):
         return Response(TokenSerializer(_token(pk)).data)
 
 
+@extend_schema(parameters=[uuid_path("id")])
 class TokenRevoke(TokenView):
     serializer_class = TokenSerializer
 

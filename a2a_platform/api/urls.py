@@ -20,7 +20,7 @@ delivery_urls = [
     path("deliveries/", deliveries.DeliveryList.as_view(), name="deliveries"),
     path("deliveries/replay", deliveries.DeliveryReplay.as_view(), name="deliveries-replay"),
     path("deliveries/retry", deliveries.DeliveryRetry.as_view(), name="deliveries-retry"),
-    path("deliveries/<uuid:event_id>", deliveries.DeliveryDetail.as_view(), name="delivery"),
+    path("deliveries/<str:event_id>", deliveries.DeliveryDetail.as_view(), name="delivery"),
 ]
 
 rebind_urls = [
@@ -34,8 +34,8 @@ rebind_urls = [
 
 token_urls = [
     path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
-    path("tokens/<uuid:pk>", tokens.TokenDetail.as_view(), name="api-token"),
-    path("tokens/<uuid:pk>/revoke", tokens.TokenRevoke.as_view(), name="api-token-revoke"),
+    path("tokens/<str:pk>", tokens.TokenDetail.as_view(), name="api-token"),
+    path("tokens/<str:pk>/revoke", tokens.TokenRevoke.as_view(), name="api-token-revoke"),
 ]
 
 task_urls = [
@@ -73,7 +73,7 @@ agent_urls = [
     path("agents/<slug:slug>", agents.AgentDetail.as_view(), name="agent"),
     path("agents/<slug:slug>/keys/", agents.ApiKeyList.as_view(), name="agent-keys"),
     path(
-        "agents/<slug:slug>/keys/<uuid:key_id>/revoke",
+        "agents/<slug:slug>/keys/<str:key_id>/revoke",
         agents.ApiKeyRevoke.as_view(),
         name="agent-key-revoke",
     ),
@@ -91,7 +91,7 @@ agent_urls = [
 
 alert_urls = [
     path("alerts/", alerts.AlertList.as_view(), name="alerts"),
-    path("alerts/<int:pk>/resolve", alerts.AlertResolve.as_view(), name="alert-resolve"),
+    path("alerts/<str:pk>/resolve", alerts.AlertResolve.as_view(), name="alert-resolve"),
     path("dashboard", alerts.Dashboard.as_view(), name="dashboard"),
 ]
 

@@ -9,6 +9,9 @@ parses, calls one service or selector, and renders. `self.actor` names the calle
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import generics
 from rest_framework.authentication import SessionAuthentication
@@ -24,10 +27,40 @@ from a2a_platform.api.permissions import ScopedPermission, perm_for
 from a2a_platform.api.services import idempotency_release
 
 
+@dataclass(frozen=True)
+class RateBudget:
+    """What is left of the caller's window: sent as RateLimit-Limit, RateLimit-Remaining and
+    RateLimit-Reset (seconds until the window frees a request) on every answer."""
+
+    limit: int
+    remaining: int
+    reset: int
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset),
+        }
+
+
 class ApiThrottle(SimpleRateThrottle):
-    """Requests per principal (token or session user); the rate is A2A_API_RATE."""
+    """Requests per principal (token or session user) in a sliding window; the rate is
+    A2A_API_RATE (settings REST_FRAMEWORK DEFAULT_THROTTLE_RATES). Beyond it: 429 `throttled`
+    with Retry-After."""
 
     scope = "platform_api"
+
+    def allow_request(self, request, view) -> bool:
+        allowed = super().allow_request(request, view)
+        if self.rate is not None and getattr(self, "history", None) is not None:
+            oldest = self.history[-1] if self.history else self.now
+            request.rate_budget = RateBudget(
+                limit=self.num_requests,
+                remaining=max(0, self.num_requests - len(self.history)),
+                reset=max(0, math.ceil(oldest + self.duration - self.now)),
+            )
+        return allowed
 
     def get_cache_key(self, request, view):
         if request.user is not None and request.user.is_authenticated:
@@ -62,6 +95,9 @@ class ApiView(generics.GenericAPIView):
         for name, value in request.query_params.lists():
             if any("\x00" in v for v in value) or "\x00" in name:
                 raise invalid(name, "must not contain NUL characters (U+0000)")
+            if "" in value:
+                # An empty filter is refused rather than read as "no filter" (or as a value).
+                raise invalid(name, "empty: leave the parameter out for no filter")
         if self.idempotent and request.method == "POST":
             self._claim = idempotency.claim(request)
 
@@ -71,6 +107,10 @@ class ApiView(generics.GenericAPIView):
         return super().handle_exception(exc)
 
     def finalize_response(self, request, response, *args, **kwargs):
+        budget = getattr(request, "rate_budget", None)
+        if budget is not None:
+            for name, value in budget.headers().items():
+                response[name] = value
         if self._claim is not None:
             idempotency.finish(self._claim, response)
             self._claim = None

@@ -89,7 +89,7 @@ def test_create_read_update_an_agent_and_its_card_follows(live_api, write):
         ({**NEW, "slug": "admin"}, "slug"),
         ({**NEW, "skills": [{"id": 5, "name": ["not", "a", "name"]}]}, "card"),
         ({**NEW, "pushRebindPolicy": "sideways"}, "pushRebindPolicy"),
-        ({**NEW, "pushRebindDeadline": 10**9}, "push_rebind_deadline"),
+        ({**NEW, "pushRebindDeadline": 10**9}, "pushRebindDeadline"),
         ({"slug": "no-name"}, "name"),
     ],
 )

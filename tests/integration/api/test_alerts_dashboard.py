@@ -50,9 +50,13 @@ def test_alerts_filter_then_resolve_once_audited(live_api, alerts):
         ("api:ops",)
     ]
     assert ids(open="true") == {failing.pk}
-    for missing in (999999, 2**70):
-        gone = live_api.post(f"/api/v1/alerts/{missing}/resolve", headers=ops)
-        assert gone.status_code == 404, gone.text
+    gone = live_api.post("/api/v1/alerts/999999/resolve", headers=ops)
+    assert gone.status_code == 404, gone.text
+    # Not an id at all (past a bigint, or not a number): the 400 of every malformed path id.
+    for malformed in (2**70, "x"):
+        bad = live_api.post(f"/api/v1/alerts/{malformed}/resolve", headers=ops)
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["error"]["field"] == "alertId"
 
 
 def test_a_read_token_cannot_resolve(live_api, alerts):

@@ -92,7 +92,7 @@ def test_the_list_its_filters_pages_and_a_delivery_match_the_store(traffic, toke
             "kind": stored.kind,
             "state": stored.state,
             "attempts": stored.attempts,
-            "last_status": stored.last_status,
+            "lastStatus": stored.last_status,
         }
 
     by_state = {
@@ -110,11 +110,11 @@ def test_the_list_its_filters_pages_and_a_delivery_match_the_store(traffic, toke
     ]
     assert _ids(api.get("/api/v1/deliveries/", params={"task": str(gone.task_id)})) == [_eid(gone)]
     assert _ids(api.get("/api/v1/deliveries/", params={"agent": "nobody"})) == []
-    oldest_first = api.get("/api/v1/deliveries/", params={"ordering": "created_at"})
+    oldest_first = api.get("/api/v1/deliveries/", params={"ordering": "createdAt"})
     assert _ids(oldest_first) == newest_first[::-1]
 
     # Cursor pages of one: every delivery once, in the list's order, then no next page.
-    walked, url, params = [], "/api/v1/deliveries/", {"page_size": 1, "agent": "live-dl"}
+    walked, url, params = [], "/api/v1/deliveries/", {"pageSize": 1, "agent": "live-dl"}
     while url:
         page = api.get(url, params=params)
         walked += _ids(page)
@@ -123,7 +123,7 @@ def test_the_list_its_filters_pages_and_a_delivery_match_the_store(traffic, toke
 
     detail = api.get(f"/api/v1/deliveries/{_eid(gone)}")
     assert detail.status_code == 200, detail.text
-    attempts = detail.json()["attempts_log"]
+    attempts = detail.json()["attemptsLog"]
     stored = list(DeliveryAttempt.objects.filter(delivery=gone).order_by("number"))
     assert [(a["number"], a["status"], a["url"]) for a in attempts] == [
         (s.number, 410, traffic["gone"].url) for s in stored
@@ -132,7 +132,7 @@ def test_the_list_its_filters_pages_and_a_delivery_match_the_store(traffic, toke
     missing = api.get(f"/api/v1/deliveries/{UNKNOWN}")
     assert missing.status_code == 404, missing.text
     assert missing.json()["error"]["code"] == "not_found"
-    bad = api.get("/api/v1/deliveries/", params={"ordering": "last_error"})
+    bad = api.get("/api/v1/deliveries/", params={"ordering": "lastError"})
     assert bad.status_code == 400, bad.text
     assert bad.json()["error"]["code"] == "invalid_request"
 

@@ -88,9 +88,11 @@ def test_move_now_and_finish_on_old_through_the_api(agent):
     ("body", "field"),
     [
         ({"agent": "nobody", "rotateKey": True}, "agent"),
-        ({**MOVE, "movePrefix": {"old": V2, "new": V1}}, "move_from"),
-        ({"agent": "api-agent", "rotateKey": True, "deadlineSeconds": -1}, "deadline"),
-        ({"agent": "api-agent"}, "scope"),
+        ({**MOVE, "movePrefix": {"old": V2, "new": V1}}, "movePrefix.old"),
+        ({"agent": "api-agent", "rotateKey": True, "deadlineSeconds": -1}, "deadlineSeconds"),
+        ({"agent": "api-agent"}, "body"),
+        # snake_case is not the API's spelling: refused by name, never read as nothing
+        ({"agent": "api-agent", "rotate_key": True}, "rotate_key"),
     ],
 )
 def test_refusals_are_400_with_the_field_and_write_nothing(agent, body, field):
@@ -111,7 +113,9 @@ def test_permissions_reading_needs_view_and_writing_needs_run_rebind(agent):
     assert nobody.get("/api/v1/rebinds/").status_code == 403
     assert viewer.post("/api/v1/rebinds/", MOVE, format="json").status_code == 403
     assert not Rebind.objects.exists()
-    assert viewer.get("/api/v1/rebinds/not-a-uuid").status_code == 404
+    malformed = viewer.get("/api/v1/rebinds/not-a-uuid")
+    assert malformed.status_code == 400
+    assert malformed.json()["error"]["field"] == "rebindId"
     assert viewer.get("/api/v1/rebinds/", {"state": "sideways"}).status_code == 400
 
 

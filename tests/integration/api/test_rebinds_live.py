@@ -113,7 +113,7 @@ def test_a_rebind_started_now_is_read_extended_and_cut_over(api_web, tokens):
     body = started.json()
     rebind_id = body["id"]
     assert (body["agent"], body["state"], body["policy"]) == ("live-now", "draining", "drain")
-    assert (body["move_from"], body["move_to"], body["actor"]) == (V1, V2, actor)
+    assert (body["moveFrom"], body["moveTo"], body["actor"]) == (V1, V2, actor)
     rebind = Rebind.objects.get(pk=rebind_id)
     assert (rebind.state, rebind.deadline_seconds, rebind.reason) == ("draining", 3600, "to v2")
     assert _moment(body["deadline"]) == rebind.deadline
@@ -179,7 +179,7 @@ def test_a_scheduled_rebind_waits_for_its_time_then_advances_and_is_aborted(api_
     assert started.status_code == 201, started.text
     rebind_id = started.json()["id"]
     assert started.json()["state"] == RebindState.SCHEDULED
-    assert _moment(started.json()["scheduled_for"]) == at
+    assert _moment(started.json()["scheduledFor"]) == at
     rebind = Rebind.objects.get(pk=rebind_id)
     assert (rebind.state, rebind.started_at) == ("scheduled", None)
     assert not ChannelMove.objects.filter(rebind=rebind).exists()
@@ -251,7 +251,7 @@ def test_a_new_url_the_ssrf_policy_refuses_is_a_400_and_writes_nothing(api_web, 
     refused = api.post("/api/v1/rebinds/", json=private)
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
-    assert (error["code"], error["field"]) == ("invalid_request", "move_to")
+    assert (error["code"], error["field"]) == ("invalid_request", "movePrefix.new")
     assert "10.1.2.3" in error["message"]
     preview = api.post("/api/v1/rebinds/", json={**private, "preview": True})
     assert preview.status_code == 400, preview.text

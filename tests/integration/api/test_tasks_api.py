@@ -127,8 +127,8 @@ def test_a_list_row_says_what_the_task_is(store, tokens):
 
 def test_cursor_pages_in_every_ordering_list_each_task_once(store, tokens):
     api = tokens.client("read")
-    for ordering in ("-updated_at", "updated_at", "created_at", "-status_timestamp"):
-        seen, url, params = [], "/api/v1/tasks/", {"page_size": 2, "ordering": ordering}
+    for ordering in ("-updatedAt", "updatedAt", "createdAt", "-statusTimestamp"):
+        seen, url, params = [], "/api/v1/tasks/", {"pageSize": 2, "ordering": ordering}
         while url:
             answer = api.get(url, params=params)
             assert answer.status_code == 200, answer.text
@@ -138,8 +138,8 @@ def test_cursor_pages_in_every_ordering_list_each_task_once(store, tokens):
             url, params = page["next"], None
         assert len(seen) == len(set(seen)) == 5, (ordering, seen)
         assert set(seen) == {store[k] for k in ("wired", "working", "done", "beta", "orphan")}
-    newest_first = _ids(api.get("/api/v1/tasks/", params={"ordering": "-created_at"}))
-    oldest_first = _ids(api.get("/api/v1/tasks/", params={"ordering": "created_at"}))
+    newest_first = _ids(api.get("/api/v1/tasks/", params={"ordering": "-createdAt"}))
+    oldest_first = _ids(api.get("/api/v1/tasks/", params={"ordering": "createdAt"}))
     assert newest_first == oldest_first[::-1]
 
 
@@ -218,9 +218,9 @@ def test_reading_tasks_needs_the_view_permission_in_scope_and_user(store, tokens
         ({"cursor": _cursor("r=1&p=2026-13-45 10:00:00+00:00")}, "cursor"),
         ({"cursor": _cursor("p=\x00")}, "cursor"),
         ({"cursor": _cursor("o=3&p=" + "9" * 400)}, "cursor"),
-        ({"cursor": _cursor("p=zz"), "ordering": "created_at"}, "cursor"),
-        ({"page_size": "1000000000"}, "page_size"),
-        ({"page_size": "-3"}, "page_size"),
+        ({"cursor": _cursor("p=zz"), "ordering": "createdAt"}, "cursor"),
+        ({"pageSize": "1000000000"}, "pageSize"),
+        ({"pageSize": "-3"}, "pageSize"),
         ({"agent": "a" * 65}, "agent"),
     ],
 )

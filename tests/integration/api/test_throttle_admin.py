@@ -37,6 +37,10 @@ def test_past_the_rate_a_token_is_throttled_with_a_retry_hint(transactional_db, 
         assert error["code"] == "throttled"
         assert 0 < error["retryAfter"] <= 60
         assert int(answers[-1].headers["Retry-After"]) > 0
+        # The budget on every answer: the window's size, what is left, when a request frees.
+        assert [a.headers["RateLimit-Limit"] for a in answers] == ["3"] * 4
+        assert [a.headers["RateLimit-Remaining"] for a in answers] == ["2", "1", "0", "0"]
+        assert all(0 < int(a.headers["RateLimit-Reset"]) <= 60 for a in answers)
         # Per token: another integrator is not slowed by this one.
         assert client.get("/api/v1/agents/", headers=other).status_code == 200
 

@@ -242,7 +242,7 @@ def test_cursor_pages_walk_every_row_once_in_the_asked_order(live_api):
     for i in range(7):
         AgentFactory(slug=f"paged-{i}")
     reader = bearer(token_for(user_with("reader", "view_agent"), "read"))
-    seen, url = [], "/api/v1/agents/?page_size=3&ordering=-slug"
+    seen, url = [], "/api/v1/agents/?pageSize=3&ordering=-slug"
     while url:
         page = live_api.get(url, headers=reader)
         assert page.status_code == 200, page.text
