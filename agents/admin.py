@@ -11,7 +11,15 @@ from a2a_platform.lib.admin import ReadOnlyAdmin, ReadOnlyInline, SecretLookupsR
 from a2a_platform.lib.times import ConsoleTimes, when
 from agents import executor_spec, readiness
 from agents.card_signing import pretty
-from agents.models import Agent, ApiKey, CardVersion, Executor, SigningKey, SigningKeyState
+from agents.models import (
+    Agent,
+    ApiKey,
+    CardVersion,
+    Executor,
+    SigningKey,
+    SigningKeyState,
+    WorkerHeartbeat,
+)
 from agents.services import EDITABLE_FIELDS, AgentError, agent_check, agent_save, api_key_revoke
 
 
@@ -257,3 +265,43 @@ class SigningKeyAdmin(ReadOnlyAdmin):
     list_select_related = ("agent",)
     fields = ("kid", "agent", "state", "created_at", "retiring_since", "retired_at")
     readonly_fields = fields
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    """The workers page (the dashboard's worker rows link here): each Celery worker that ever
+    proved itself, with the queues it consumes, its last heartbeat and whether that is fresh
+    (the readiness gate's own test, `readiness.worker_liveness`), and the hosted executors it
+    can or cannot load. Rows are written by the workers' heartbeats only."""
+
+    list_display = ("hostname", "queue_list", "live", "beat_at", "started_at", "hosted_load")
+    search_fields = ("hostname",)
+    ordering = ("hostname",)
+    fields = (
+        "hostname",
+        "queue_list",
+        "live",
+        "beat_at",
+        "started_at",
+        "backlog_reenqueued_at",
+        "hosted_load",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="queues")
+    def queue_list(self, obj):
+        return ", ".join(obj.queues) or "none"
+
+    @admin.display(description="heartbeat")
+    def live(self, obj):
+        return "live" if readiness.heartbeat_fresh(obj) else "stale"
+
+    @admin.display(description="hosted executors")
+    def hosted_load(self, obj):
+        if not obj.hosted:
+            return "none"
+        return format_html_join(
+            "",
+            "<div><code>{}</code>: {}</div>",
+            ((spec, "loads" if why is None else why) for spec, why in sorted(obj.hosted.items())),
+        )

@@ -401,11 +401,12 @@ def instance_checks(state: Readiness) -> list[Check]:
     return checks
 
 
+def heartbeat_fresh(worker: WorkerHeartbeat, now=None) -> bool:
+    """The worker's last heartbeat is within A2A_HEARTBEAT_FRESH_SECONDS."""
+    now = now or timezone.now()
+    return (now - worker.beat_at).total_seconds() <= settings.A2A_HEARTBEAT_FRESH_SECONDS
+
+
 def worker_liveness(now) -> list[tuple[WorkerHeartbeat, bool]]:
-    """Every registered worker with whether its heartbeat is fresh (within
-    A2A_HEARTBEAT_FRESH_SECONDS), by hostname."""
-    fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
-    return [
-        (w, (now - w.beat_at).total_seconds() <= fresh)
-        for w in WorkerHeartbeat.objects.order_by("hostname")
-    ]
+    """Every registered worker with whether its heartbeat is fresh, by hostname."""
+    return [(w, heartbeat_fresh(w, now)) for w in WorkerHeartbeat.objects.order_by("hostname")]

@@ -185,3 +185,11 @@ def test_dashboard_shows_the_store_and_refreshes_itself(store, page, tmp_path: P
     for shot in shots:
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
+
+    # A worker's row links to the workers page, which says what the row says.
+    page.locator('#dash-workers tr[data-worker="dashboard-worker"] a').click()
+    page.wait_for_selector("#content-main")
+    assert "/admin/agents/workerheartbeat/" in page.url
+    worker_page = page.locator("#content-main").inner_text()
+    assert "dashboard-worker" in worker_page
+    assert "live" in page.locator(".field-live").inner_text()

@@ -103,6 +103,7 @@ def _readiness(now: datetime) -> tuple[dict[str, Any], gate.Readiness]:
     fresh = settings.A2A_HEARTBEAT_FRESH_SECONDS
     workers = [
         {
+            "id": w.pk,
             "hostname": w.hostname,
             "queues": list(w.queues),
             "beatAgeSeconds": _age(now, w.beat_at),

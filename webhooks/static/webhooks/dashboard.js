@@ -106,7 +106,8 @@
     }), "no web instance has written a heartbeat", 5);
     fill("dash-workers", r.workers.map(function (w) {
       return el("tr", { "class": yesno(w.live, "ok", "failing"), "data-worker": w.hostname }, [
-        td(w.hostname), td(w.queues.join(", ")), td(age(w.beatAgeSeconds), "c-age"),
+        el("td", {}, [link(root.getAttribute("data-worker-url") + w.id + "/change/", w.hostname)]),
+        td(w.queues.join(", ")), td(age(w.beatAgeSeconds), "c-age"),
         td(yesno(w.live, "live", "stale"), "c-live"), td(yesno(w.backlogReenqueued, "yes", "no"))]);
     }), "no worker has registered", 5);
     fill("dash-agent-rows", data.agents.map(function (a) { return agentRow(a, data, root); }));
