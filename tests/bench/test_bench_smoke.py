@@ -124,6 +124,12 @@ def test_tracing_bench():
     expect(out, r"^importing the SDK and the instrumentations \(not done when off\): \d+ ms$")
 
 
+def test_request_timer_bench():
+    out = run_bench("request_timer_bench.py")
+    for figure in ("bare ASGI call", "timed", "timer adds"):
+        expect(out, rf"^{re.escape(figure)} +-?[\d.]+$")
+
+
 def test_web_bench():
     out = run_bench("web_bench.py", database="web")
     for figure in ("agent card", "GetTask", "SendMessage returnImmediately"):
