@@ -12,13 +12,15 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from a2a_platform.api.agents import CapabilitiesSerializer
+from a2a_platform.api.endpoints import LastHourSerializer
 from a2a_platform.api.errors import not_found
 from a2a_platform.api.permissions import has_scoped_perm
 from a2a_platform.api.resources import StrictBooleanFilter, int_path, positive_id_param
 from a2a_platform.api.views import ApiListView, ApiView
+from agents.models import PushChannelPolicy
 from tasks.api.serializers import WireModelSerializer, WireSerializer
 from webhooks.console import dashboard
-from webhooks.models import Alert, AlertKind, Endpoint
+from webhooks.models import Alert, AlertKind, Endpoint, RebindState
 from webhooks.services import alert_resolve
 
 
@@ -83,16 +85,155 @@ class AlertResolve(ApiView):
         return Response(AlertSerializer(Alert.objects.select_related("endpoint").get(pk=pk)).data)
 
 
+def _when(help_text: str = "") -> serializers.DateTimeField:
+    return serializers.DateTimeField(allow_null=True, help_text=help_text)
+
+
+def _age(help_text: str) -> serializers.FloatField:
+    return serializers.FloatField(allow_null=True, help_text=help_text)
+
+
+class CheckSerializer(WireSerializer):
+    name = serializers.CharField(help_text='the check: "database", "broker", "hosted <spec>", ...')
+    ok = serializers.BooleanField()
+    detail = serializers.CharField(allow_blank=True, help_text="why, in words")
+
+
+class WorkerSerializer(WireSerializer):
+    id = serializers.IntegerField(help_text="the workers page's id")
+    hostname = serializers.CharField()
+    queues = serializers.ListField(child=serializers.CharField())
+    beatAgeSeconds = _age("seconds since its last heartbeat")
+    live = serializers.BooleanField(help_text="its heartbeat is fresh (heartbeatFreshSeconds)")
+    startedAt = _when()
+    backlogReenqueued = serializers.BooleanField(
+        help_text="it re-enqueued its due backlog since it started"
+    )
+    hosted = serializers.DictField(
+        child=serializers.CharField(allow_null=True),
+        help_text="per hosted executor spec: null when it loads there, else why not",
+    )
+
+
+class WebInstanceSerializer(WireSerializer):
+    name = serializers.CharField(help_text="host:pid")
+    thisInstance = serializers.BooleanField(help_text="the instance that answered (its state now)")
+    beatAgeSeconds = _age("seconds since its last heartbeat")
+    live = serializers.BooleanField()
+    ready = serializers.BooleanField()
+    draining = serializers.BooleanField()
+    failing = serializers.DictField(
+        child=serializers.CharField(), help_text="per failing check: why"
+    )
+    startedAt = _when()
+
+
+class ReadinessSerializer(WireSerializer):
+    instance = serializers.CharField(help_text="the answering instance, host:pid")
+    ready = serializers.BooleanField(help_text="as /readyz answers")
+    draining = serializers.BooleanField()
+    checks = CheckSerializer(many=True)
+    workers = WorkerSerializer(many=True)
+    webInstances = WebInstanceSerializer(many=True)
+    heartbeatFreshSeconds = serializers.IntegerField()
+
+
+class PerMinuteSerializer(WireSerializer):
+    delivered = serializers.ListField(child=serializers.IntegerField(), help_text="oldest first")
+    failed = serializers.ListField(child=serializers.IntegerField(), help_text="oldest first")
+
+
+class DeliveredFailedSerializer(WireSerializer):
+    delivered = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
+class AgentDeliveriesSerializer(WireSerializer):
+    queueDepth = serializers.IntegerField(help_text="pending + sending")
+    pending = serializers.IntegerField()
+    sending = serializers.IntegerField()
+    held = serializers.IntegerField()
+    dead = serializers.IntegerField(help_text="dead letters")
+    oldestPendingAgeSeconds = _age("age of the oldest delivery owed")
+    oldestPendingAt = _when()
+    perMinute = PerMinuteSerializer(help_text="attempts per minute over the chart's window")
+    lastHour = DeliveredFailedSerializer()
+
+
 class DashboardAgentSerializer(WireSerializer):
+    id = serializers.IntegerField()
     slug = serializers.SlugField()
     name = serializers.CharField()
     enabled = serializers.BooleanField()
     cardServable = serializers.BooleanField(help_text="its card is served now")
     card = serializers.CharField(help_text='how its card is answered now: "served", "503: ..."')
     capabilities = CapabilitiesSerializer()
-    deliveries = serializers.DictField(
+    deliveries = AgentDeliveriesSerializer(
         required=False, help_text="its delivery figures (the deliveries section)"
     )
+
+
+class ChartSerializer(WireSerializer):
+    start = serializers.DateTimeField(help_text="the first minute of the window")
+    minutes = serializers.IntegerField()
+
+
+class TotalsSerializer(WireSerializer):
+    queueDepth = serializers.IntegerField()
+    held = serializers.IntegerField()
+    dead = serializers.IntegerField()
+
+
+class DashboardEndpointSerializer(WireSerializer):
+    id = serializers.IntegerField()
+    origin = serializers.CharField()
+    state = serializers.ChoiceField(choices=["ok", "failing", "paused"])
+    consecutiveFailures = serializers.IntegerField()
+    pausedAt = _when()
+    pausedReason = serializers.CharField(allow_blank=True)
+    lastFailureAt = _when()
+    lastSuccessAt = _when()
+    lastHour = LastHourSerializer()
+
+
+class DashboardEndpointsSerializer(WireSerializer):
+    total = serializers.IntegerField()
+    failing = serializers.IntegerField()
+    paused = serializers.IntegerField()
+    rows = DashboardEndpointSerializer(many=True, help_text="the troubled first, then the rest")
+
+
+class DashboardAlertSerializer(WireSerializer):
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=AlertKind.choices)
+    title = serializers.CharField(help_text="the kind in words")
+    message = serializers.CharField()
+    count = serializers.IntegerField()
+    endpoint = serializers.CharField(allow_null=True, help_text="its endpoint's origin")
+    lastSeenAt = _when()
+
+
+class DashboardAlertsSerializer(WireSerializer):
+    open = serializers.IntegerField()
+    newest = DashboardAlertSerializer(many=True)
+
+
+class DashboardRebindSerializer(WireSerializer):
+    id = serializers.UUIDField()
+    agent = serializers.SlugField()
+    state = serializers.ChoiceField(choices=RebindState.choices)
+    stateLabel = serializers.CharField(help_text="the state in words")
+    policy = serializers.ChoiceField(choices=PushChannelPolicy.choices)
+    plannedMoves = serializers.IntegerField()
+    planningDone = serializers.BooleanField()
+    done = serializers.IntegerField(help_text="moves done or finished on the old channel")
+    progress = serializers.FloatField(help_text="done / plannedMoves, 0..1")
+    percent = serializers.IntegerField()
+    onOldVersion = serializers.IntegerField(help_text="live tasks still on the old version")
+    orphaned = serializers.IntegerField()
+    deadline = _when()
+    startsAt = _when("a scheduled rebind's start")
+    deadlineInSeconds = _age("seconds to its deadline")
 
 
 class DashboardSerializer(WireSerializer):
@@ -104,16 +245,16 @@ class DashboardSerializer(WireSerializer):
         child=serializers.ChoiceField(choices=sorted(dashboard.SECTIONS)),
         help_text="the sections included",
     )
-    readiness = serializers.DictField(help_text="the readiness checks, as /readyz")
-    agents = DashboardAgentSerializer(many=True)
-    chart = serializers.DictField(required=False, help_text="deliveries: the per-minute window")
-    totals = serializers.DictField(
-        child=serializers.IntegerField(), required=False, help_text="deliveries: totals"
+    readiness = ReadinessSerializer(
+        help_text="this instance's readiness, workers and web instances"
     )
-    endpoints = serializers.DictField(required=False, help_text="endpoints: counts and rows")
-    alerts = serializers.DictField(required=False, help_text="alerts: open count and newest")
-    rebinds = serializers.ListField(
-        child=serializers.DictField(), required=False, help_text="rebinds: the open ones"
+    agents = DashboardAgentSerializer(many=True)
+    chart = ChartSerializer(required=False, help_text="deliveries: the per-minute window")
+    totals = TotalsSerializer(required=False, help_text="deliveries: totals")
+    endpoints = DashboardEndpointsSerializer(required=False, help_text="endpoints: counts, rows")
+    alerts = DashboardAlertsSerializer(required=False, help_text="alerts: open count and newest")
+    rebinds = DashboardRebindSerializer(
+        many=True, required=False, help_text="rebinds: the open ones"
     )
 
 

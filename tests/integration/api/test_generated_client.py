@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
 from agents.models import Agent, ApiKey
@@ -243,6 +244,16 @@ def test_everyday_flows_through_the_generated_client(generated, api_web):
     assert isinstance(figures, m.Dashboard), figures
     assert [a.slug for a in figures.agents] == sorted(Agent.objects.values_list("slug", flat=True))
     assert {a.slug: a.capabilities.streaming.on for a in figures.agents}["gen-billing"] is False
+    # Its sections are typed too: readiness as /readyz answers it, each check a model.
+    assert isinstance(figures.readiness, m.Readiness)
+    readyz = httpx.get(f"{api_web.url}/readyz", timeout=10).json()
+    assert figures.readiness.ready is (readyz["status"] == "ready")
+    checks = {c.name: c.ok for c in figures.readiness.checks}
+    assert all(isinstance(c, m.Check) for c in figures.readiness.checks)
+    assert {k: checks[k] for k in readyz["checks"]} == {
+        k: c["ok"] for k, c in readyz["checks"].items()
+    }
+    assert all(isinstance(w, m.WebInstance) for w in figures.readiness.web_instances)
 
     # --- documented errors, each as the Error model
     reused = agents.agents_create.sync_detailed(
